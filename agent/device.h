@@ -1,0 +1,107 @@
+/*
+ * The agent's simulated host: its cores (one executor thread and one HBM heap each), the device
+ * buffers that live on them, and the step being prepared or run. One lock guards it all; kernels
+ * and transfers run outside it.
+ */
+#ifndef PODEMU_DEVICE_H
+#define PODEMU_DEVICE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "dataplane.h"
+#include "dtype.h"
+#include "hbm.h"
+#include "podemu.pb-c.h"
+#include "status.h"
+
+struct step;
+
+struct core {
+	struct device *dev;
+	int local;
+	int ordinal;
+	struct hbm heap;
+	pthread_t thread;
+	bool thread_started;
+	struct step *pending; /* set by device_run, cleared by the core when done */
+};
+
+/* A device buffer exists on every core of the host (SPMD), at its own offset in each heap. */
+struct device_buffer {
+	uint64_t handle;
+	struct shape shape;
+	int64_t *offsets; /* [cores_per_host] */
+};
+
+struct device {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	int host_index;
+	int num_hosts;
+	int cores_per_host;
+	int world_size;
+	bool backed;
+	int window; /* data-plane chunks in flight per peer */
+	struct core *cores;
+	struct device_buffer *buffers;
+	int num_buffers;
+	int cap_buffers;
+	struct step *step; /* prepared or running */
+	struct dataplane *dp;
+	bool stopping;
+};
+
+/*
+ * Creates the host's cores, each with a heap of bytes_limit usable bytes, and starts their
+ * executor threads. dp may be NULL until the data plane is up (set dev->dp later).
+ */
+int device_init(struct device *dev, int host_index, int num_hosts, int cores_per_host,
+                int64_t bytes_limit, bool backed, struct status *st);
+/* Stops the executor threads and frees every heap and buffer. */
+void device_destroy(struct device *dev);
+
+/* Device buffers. Each fails with NOT_FOUND for an unknown handle. */
+int device_create_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
+                         struct status *st);
+int device_write(struct device *dev, uint64_t handle, int ordinal, int64_t offset, const void *data,
+                 int64_t len, struct status *st);
+/*
+ * Reads up to len bytes at offset of the buffer on one core into a buffer allocated from a.
+ * *backed is false (and nothing is read) under --backing none.
+ */
+int device_read(struct device *dev, struct arena *a, uint64_t handle, int ordinal, int64_t offset,
+                int64_t len, void **data, int64_t *got, int64_t *total, bool *backed,
+                struct status *st);
+int device_release(struct device *dev, const uint64_t *handles, size_t n, struct status *st);
+
+/* Statistics of one core (ordinal) or every core (-1), allocated from a. */
+int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu__CoreMemory ***out,
+                        size_t *n, struct status *st);
+
+/*
+ * Steps (exec.c). prepare validates the program and allocates every core's outputs and
+ * temporary reservation (all cores or none: RESOURCE_EXHAUSTED names the core). run executes it
+ * on every core and then frees release_after. abort drops a prepared step.
+ */
+int device_prepare(struct device *dev, const Podemu__Program *prog, struct status *st);
+int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
+               size_t n_release, struct status *st);
+int device_abort(struct device *dev, uint64_t step_id, struct status *st);
+
+/* Data-plane delivery (a dp_deliver_fn with a struct device as arg). */
+int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
+                   const void *payload, struct status *st);
+
+/* Internal to the agent: the lookup and the executor loop shared by device.c and exec.c. */
+struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle);
+/* Adds a buffer record that takes ownership of offsets. Lock held. */
+int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
+                      int64_t *offsets, struct status *st);
+/* True when the prepared or running step reads or writes handle. Lock held. */
+bool device_step_uses(struct device *dev, uint64_t handle);
+void *device_core_main(void *arg);
+
+#endif

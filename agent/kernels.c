@@ -1,0 +1,423 @@
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+float kernel_bf16_to_f32(uint16_t v)
+{
+	uint32_t bits = (uint32_t)v << 16;
+	float f;
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+uint16_t kernel_f32_to_bf16(float f)
+{
+	uint32_t bits;
+	memcpy(&bits, &f, sizeof(bits));
+	if (isnan(f))
+		return 0x7fc0;
+	bits += 0x7fff + ((bits >> 16) & 1);
+	return (uint16_t)(bits >> 16);
+}
+
+static int is_float(int dtype)
+{
+	return dtype == DT_F32 || dtype == DT_BF16;
+}
+
+static double load(int dtype, const void *p, int64_t i)
+{
+	switch (dtype) {
+	case DT_F32:
+		return ((const float *)p)[i];
+	case DT_BF16:
+		return kernel_bf16_to_f32(((const uint16_t *)p)[i]);
+	case DT_S32:
+		return ((const int32_t *)p)[i];
+	case DT_U32:
+		return ((const uint32_t *)p)[i];
+	case DT_U8:
+	case DT_PRED:
+		return ((const uint8_t *)p)[i];
+	}
+	return 0;
+}
+
+static int64_t load_int(int dtype, const void *p, int64_t i)
+{
+	switch (dtype) {
+	case DT_S32:
+		return ((const int32_t *)p)[i];
+	case DT_U32:
+		return ((const uint32_t *)p)[i];
+	case DT_U8:
+	case DT_PRED:
+		return ((const uint8_t *)p)[i];
+	}
+	return (int64_t)load(dtype, p, i);
+}
+
+/* Stores an integer result, wrapping as two's-complement hardware does. */
+static void store_int(int dtype, void *p, int64_t i, int64_t v)
+{
+	switch (dtype) {
+	case DT_S32:
+		((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)v;
+		return;
+	case DT_U32:
+		((uint32_t *)p)[i] = (uint32_t)(uint64_t)v;
+		return;
+	case DT_U8:
+		((uint8_t *)p)[i] = (uint8_t)(uint64_t)v;
+		return;
+	case DT_PRED:
+		((uint8_t *)p)[i] = v != 0;
+		return;
+	}
+}
+
+static double saturate(double v, double lo, double hi)
+{
+	if (isnan(v))
+		return 0;
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Stores a value converted to dtype: floats round, integers saturate (NaN gives 0). */
+static void store(int dtype, void *p, int64_t i, double v)
+{
+	switch (dtype) {
+	case DT_F32:
+		((float *)p)[i] = (float)v;
+		return;
+	case DT_BF16:
+		((uint16_t *)p)[i] = kernel_f32_to_bf16((float)v);
+		return;
+	case DT_S32:
+		((int32_t *)p)[i] = (int32_t)saturate(trunc(v), -2147483648.0, 2147483647.0);
+		return;
+	case DT_U32:
+		((uint32_t *)p)[i] = (uint32_t)saturate(trunc(v), 0, 4294967295.0);
+		return;
+	case DT_U8:
+		((uint8_t *)p)[i] = (uint8_t)saturate(trunc(v), 0, 255);
+		return;
+	case DT_PRED:
+		((uint8_t *)p)[i] = !isnan(v) && v != 0;
+		return;
+	}
+}
+
+static void fill(const struct shape *s, void *out, double value)
+{
+	int64_t n = shape_elements(s);
+	if (s->dtype == DT_F32) {
+		float v = (float)value;
+		float *o = out;
+		for (int64_t i = 0; i < n; i++)
+			o[i] = v;
+		return;
+	}
+	if (n == 0)
+		return;
+	size_t es = dtype_size(s->dtype);
+	store(s->dtype, out, 0, value);
+	for (int64_t i = 1; i < n; i++)
+		memcpy((unsigned char *)out + (size_t)i * es, out, es);
+}
+
+/* Row-major strides (in elements) of a shape. */
+static void strides_of(const struct shape *s, int64_t *strides)
+{
+	int64_t acc = 1;
+	for (int d = s->rank - 1; d >= 0; d--) {
+		strides[d] = acc;
+		acc *= s->dims[d];
+	}
+}
+
+/* Advances a multi-index over dims; returns 0 after the last element. */
+static int next_index(int64_t *idx, const int64_t *dims, int rank)
+{
+	for (int d = rank - 1; d >= 0; d--) {
+		if (++idx[d] < dims[d])
+			return 1;
+		idx[d] = 0;
+	}
+	return 0;
+}
+
+static void binary(const struct kernel_call *k)
+{
+	int dt = k->out_shape->dtype;
+	int64_t n = shape_elements(k->out_shape);
+	const void *a = k->in[0], *b = k->in[1];
+	if (dt == DT_F32) {
+		const float *x = a, *y = b;
+		float *o = k->out;
+		switch (k->op) {
+		case OP_ADD:
+			for (int64_t i = 0; i < n; i++)
+				o[i] = x[i] + y[i];
+			return;
+		case OP_SUBTRACT:
+			for (int64_t i = 0; i < n; i++)
+				o[i] = x[i] - y[i];
+			return;
+		case OP_MULTIPLY:
+			for (int64_t i = 0; i < n; i++)
+				o[i] = x[i] * y[i];
+			return;
+		default:
+			break;
+		}
+	}
+	for (int64_t i = 0; i < n; i++) {
+		if (is_float(dt)) {
+			float x = (float)load(dt, a, i), y = (float)load(dt, b, i), r = 0;
+			switch (k->op) {
+			case OP_ADD:
+				r = x + y;
+				break;
+			case OP_SUBTRACT:
+				r = x - y;
+				break;
+			case OP_MULTIPLY:
+				r = x * y;
+				break;
+			case OP_MAXIMUM: /* NaN propagates, as in XLA */
+				r = (isnan(x) || x > y) ? x : y;
+				break;
+			case OP_MINIMUM:
+				r = (isnan(x) || x < y) ? x : y;
+				break;
+			default:
+				break;
+			}
+			store(dt, k->out, i, r);
+		} else {
+			int64_t x = load_int(dt, a, i), y = load_int(dt, b, i), r = 0;
+			switch (k->op) {
+			case OP_ADD:
+				r = x + y;
+				break;
+			case OP_SUBTRACT:
+				r = x - y;
+				break;
+			case OP_MULTIPLY:
+				r = (int64_t)((uint64_t)x * (uint64_t)y);
+				break;
+			case OP_MAXIMUM:
+				r = x > y ? x : y;
+				break;
+			case OP_MINIMUM:
+				r = x < y ? x : y;
+				break;
+			default:
+				break;
+			}
+			store_int(dt, k->out, i, r);
+		}
+	}
+}
+
+static void convert(const struct kernel_call *k)
+{
+	int from = k->in_shapes[0]->dtype, to = k->out_shape->dtype;
+	int64_t n = shape_elements(k->out_shape);
+	if (from == to) {
+		memcpy(k->out, k->in[0], (size_t)shape_bytes(k->out_shape));
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		if (!is_float(from) && !is_float(to))
+			store_int(to, k->out, i,
+			          to == DT_PRED ? load_int(from, k->in[0], i) != 0
+			                        : load_int(from, k->in[0], i));
+		else
+			store(to, k->out, i, load(from, k->in[0], i));
+	}
+}
+
+static void iota(const struct kernel_call *k)
+{
+	const struct shape *s = k->out_shape;
+	int dim = (int)k->node->dimensions[0];
+	int64_t idx[SHAPE_MAX_RANK] = {0};
+	int64_t n = shape_elements(s);
+	for (int64_t i = 0; i < n; i++) {
+		store(s->dtype, k->out, i, (double)idx[dim]);
+		next_index(idx, s->dims, s->rank);
+	}
+}
+
+static void pad(const struct kernel_call *k)
+{
+	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
+	size_t es = dtype_size(in->dtype);
+	fill(out, k->out, k->node->value);
+	int64_t out_strides[SHAPE_MAX_RANK];
+	strides_of(out, out_strides);
+	int64_t idx[SHAPE_MAX_RANK] = {0};
+	int64_t n = shape_elements(in);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t at = 0;
+		int inside = 1;
+		for (int d = 0; d < in->rank; d++) {
+			int64_t pos = k->node->pad_low[d] + idx[d] * (k->node->pad_interior[d] + 1);
+			if (pos < 0 || pos >= out->dims[d]) {
+				inside = 0;
+				break;
+			}
+			at += pos * out_strides[d];
+		}
+		if (inside)
+			memcpy((unsigned char *)k->out + (size_t)at * es,
+			       (const unsigned char *)k->in[0] + (size_t)i * es, es);
+		next_index(idx, in->dims, in->rank);
+	}
+}
+
+static void slice(const struct kernel_call *k)
+{
+	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
+	size_t es = dtype_size(in->dtype);
+	int64_t in_strides[SHAPE_MAX_RANK];
+	strides_of(in, in_strides);
+	int64_t idx[SHAPE_MAX_RANK] = {0};
+	int64_t n = shape_elements(out);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t at = 0;
+		for (int d = 0; d < in->rank; d++) {
+			int64_t stride = k->node->n_strides ? k->node->strides[d] : 1;
+			at += (k->node->starts[d] + idx[d] * stride) * in_strides[d];
+		}
+		memcpy((unsigned char *)k->out + (size_t)i * es,
+		       (const unsigned char *)k->in[0] + (size_t)at * es, es);
+		next_index(idx, out->dims, out->rank);
+	}
+}
+
+static void concatenate(const struct kernel_call *k)
+{
+	const struct shape *out = k->out_shape;
+	int dim = (int)k->node->dimensions[0];
+	size_t es = dtype_size(out->dtype);
+	int64_t outer = 1, inner = 1;
+	for (int d = 0; d < dim; d++)
+		outer *= out->dims[d];
+	for (int d = dim + 1; d < out->rank; d++)
+		inner *= out->dims[d];
+	size_t out_row = (size_t)(out->dims[dim] * inner) * es;
+	size_t at = 0;
+	for (int j = 0; j < k->num_in; j++) {
+		size_t row = (size_t)(k->in_shapes[j]->dims[dim] * inner) * es;
+		for (int64_t o = 0; o < outer; o++)
+			memcpy((unsigned char *)k->out + (size_t)o * out_row + at,
+			       (const unsigned char *)k->in[j] + (size_t)o * row, row);
+		at += row;
+	}
+}
+
+static int reduce(const struct kernel_call *k, struct status *st)
+{
+	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
+	const char *r = k->node->reducer ? k->node->reducer : "";
+	int kind = strcmp(r, "max") == 0        ? 1
+	           : strcmp(r, "min") == 0      ? 2
+	           : strcmp(r, "multiply") == 0 ? 3
+	                                        : 0;
+	int64_t n_out = shape_elements(out);
+	/* Accumulate in double (floats) or int64 (integers), then store once. */
+	double *acc = malloc((size_t)(n_out ? n_out : 1) * sizeof(double));
+	if (acc == NULL)
+		return status_set(st, ST_INTERNAL, "reduce: out of host memory");
+	double init = kind == 1 ? -INFINITY : kind == 2 ? INFINITY : kind == 3 ? 1 : 0;
+	if (!is_float(in->dtype) && kind == 1)
+		init = -9.3e18;
+	if (!is_float(in->dtype) && kind == 2)
+		init = 9.3e18;
+	for (int64_t i = 0; i < n_out; i++)
+		acc[i] = init;
+	bool reduced[SHAPE_MAX_RANK] = {false};
+	for (size_t d = 0; d < k->node->n_dimensions; d++)
+		reduced[k->node->dimensions[d]] = true;
+	int64_t out_strides[SHAPE_MAX_RANK];
+	strides_of(out, out_strides);
+	int64_t idx[SHAPE_MAX_RANK] = {0};
+	int64_t n = shape_elements(in);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t at = 0;
+		for (int d = 0, od = 0; d < in->rank; d++)
+			if (!reduced[d])
+				at += idx[d] * out_strides[od++];
+		double v = load(in->dtype, k->in[0], i);
+		switch (kind) {
+		case 0:
+			acc[at] += v;
+			break;
+		case 1:
+			acc[at] = (isnan(v) || v > acc[at]) ? v : acc[at];
+			break;
+		case 2:
+			acc[at] = (isnan(v) || v < acc[at]) ? v : acc[at];
+			break;
+		case 3:
+			acc[at] *= v;
+			break;
+		}
+		next_index(idx, in->dims, in->rank);
+	}
+	for (int64_t i = 0; i < n_out; i++) {
+		if (is_float(out->dtype))
+			store(out->dtype, k->out, i, acc[i]);
+		else
+			store_int(out->dtype, k->out, i,
+			          (int64_t)fmod(acc[i], 18446744073709551616.0));
+	}
+	free(acc);
+	return ST_OK;
+}
+
+int kernel_run(const struct kernel_call *k, struct status *st)
+{
+	switch (k->op) {
+	case OP_CONSTANT:
+		fill(k->out_shape, k->out, k->node->value);
+		return ST_OK;
+	case OP_IOTA:
+		iota(k);
+		return ST_OK;
+	case OP_REPLICA_ID:
+		*(uint32_t *)k->out = (uint32_t)k->replica_id;
+		return ST_OK;
+	case OP_ADD:
+	case OP_SUBTRACT:
+	case OP_MULTIPLY:
+	case OP_MAXIMUM:
+	case OP_MINIMUM:
+		binary(k);
+		return ST_OK;
+	case OP_CONVERT:
+		convert(k);
+		return ST_OK;
+	case OP_RESHAPE:
+		memmove(k->out, k->in[0], (size_t)shape_bytes(k->out_shape));
+		return ST_OK;
+	case OP_PAD:
+		pad(k);
+		return ST_OK;
+	case OP_SLICE:
+		slice(k);
+		return ST_OK;
+	case OP_CONCATENATE:
+		concatenate(k);
+		return ST_OK;
+	case OP_REDUCE:
+		return reduce(k, st);
+	default:
+		return status_set(st, ST_UNIMPLEMENTED, "no kernel for %s", opcode_name(k->op));
+	}
+}

@@ -1,0 +1,34 @@
+/*
+ * Reference kernels for the ops a core executes on real bytes (--backing host). Each reads its
+ * operands and writes its whole result; shapes were checked by the coordinator.
+ */
+#ifndef PODEMU_KERNELS_H
+#define PODEMU_KERNELS_H
+
+#include <stdint.h>
+
+#include "dtype.h"
+#include "graph.h"
+#include "status.h"
+
+#define KERNEL_MAX_OPERANDS 64
+
+struct kernel_call {
+	enum opcode op;
+	const Podemu__Node *node; /* attributes */
+	const struct shape *out_shape;
+	void *out;
+	int num_in;
+	const struct shape *in_shapes[KERNEL_MAX_OPERANDS];
+	const void *in[KERNEL_MAX_OPERANDS];
+	int64_t replica_id;
+};
+
+/* Runs one kernel. Returns UNIMPLEMENTED for ops without a kernel, INTERNAL on host OOM. */
+int kernel_run(const struct kernel_call *k, struct status *st);
+
+/* Element conversions shared with tests: bf16 <-> f32 with round-to-nearest-even. */
+float kernel_bf16_to_f32(uint16_t v);
+uint16_t kernel_f32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,372 @@
+/* podemu: start and stop a local pod, show its status, run the seed scenario. */
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "pod.h"
+#include "podemu.pb-c.h"
+#include "podemu/podemu.h"
+#include "rpc.h"
+#include "services.h"
+#include "statedir.h"
+#include "status.h"
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: podemu COMMAND [options]\n"
+	    "\n"
+	    "commands:\n"
+	    "  up      start a local pod (coordinator + one agent per host) and wait until ready\n"
+	    "          --topology NAME | --hosts H --cores-per-host C --hbm SIZE\n"
+	    "          --backing host|none  --port N (0: any free port)  --timeout-ms N\n"
+	    "          --chunk-bytes SIZE  --collective-timeout-ms N\n"
+	    "  down    stop every process of the pod\n"
+	    "  status  show hosts and per-core memory  [--json]\n"
+	    "  demo    the seed scenario (pytorch/xla 3510): fill N ones per core, mark_step,\n"
+	    "          all-gather along dim 0, release the input, mark_step, sum per core\n"
+	    "          [--elements N] [--json]\n"
+	    "\n"
+	    "every command takes --state-dir DIR (default $PODEMU_STATE_DIR, else a folder\n"
+	    "under $XDG_RUNTIME_DIR or /tmp)\n");
+}
+
+enum {
+	OPT_STATE_DIR = 256,
+	OPT_TOPOLOGY,
+	OPT_HOSTS,
+	OPT_CORES,
+	OPT_HBM,
+	OPT_BACKING,
+	OPT_PORT,
+	OPT_TIMEOUT,
+	OPT_JSON,
+	OPT_ELEMENTS,
+	OPT_CHUNK,
+	OPT_COLL_TIMEOUT,
+	OPT_HELP,
+};
+
+struct cli {
+	char state_dir[PATH_MAX];
+	const char *state_dir_arg;
+	struct up_options up;
+	int json;
+	long long elements;
+};
+
+static int parse(struct cli *o, int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+	    {"topology", required_argument, NULL, OPT_TOPOLOGY},
+	    {"hosts", required_argument, NULL, OPT_HOSTS},
+	    {"cores-per-host", required_argument, NULL, OPT_CORES},
+	    {"hbm", required_argument, NULL, OPT_HBM},
+	    {"backing", required_argument, NULL, OPT_BACKING},
+	    {"port", required_argument, NULL, OPT_PORT},
+	    {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"elements", required_argument, NULL, OPT_ELEMENTS},
+	    {"chunk-bytes", required_argument, NULL, OPT_CHUNK},
+	    {"collective-timeout-ms", required_argument, NULL, OPT_COLL_TIMEOUT},
+	    {"help", no_argument, NULL, OPT_HELP},
+	    {0, 0, 0, 0},
+	};
+	int c;
+	char *end;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_STATE_DIR:
+			o->state_dir_arg = optarg;
+			break;
+		case OPT_TOPOLOGY:
+			o->up.topology = optarg;
+			break;
+		case OPT_HOSTS:
+			o->up.hosts = atoi(optarg);
+			break;
+		case OPT_CORES:
+			o->up.cores_per_host = atoi(optarg);
+			break;
+		case OPT_HBM:
+			o->up.hbm = optarg;
+			break;
+		case OPT_BACKING:
+			if (strcmp(optarg, "host") != 0 && strcmp(optarg, "none") != 0) {
+				fprintf(stderr, "podemu: --backing must be host or none\n");
+				return -1;
+			}
+			o->up.backing = optarg;
+			break;
+		case OPT_PORT:
+			o->up.port = (int)strtol(optarg, &end, 10);
+			if (*end != '\0' || o->up.port < 0 || o->up.port > 65535) {
+				fprintf(stderr, "podemu: --port must be in [0, 65535]\n");
+				return -1;
+			}
+			break;
+		case OPT_TIMEOUT:
+			o->up.timeout_ms = atoi(optarg);
+			break;
+		case OPT_JSON:
+			o->json = 1;
+			break;
+		case OPT_ELEMENTS:
+			o->elements = strtoll(optarg, &end, 10);
+			if (*end != '\0' || o->elements < 1) {
+				fprintf(stderr, "podemu: --elements must be a positive integer\n");
+				return -1;
+			}
+			break;
+		case OPT_CHUNK:
+			o->up.chunk_bytes = optarg;
+			break;
+		case OPT_COLL_TIMEOUT:
+			o->up.collective_timeout_ms = optarg;
+			break;
+		case OPT_HELP:
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -1;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "podemu: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	state_dir_resolve(o->state_dir, sizeof(o->state_dir), o->state_dir_arg);
+	o->up.state_dir = o->state_dir;
+	if (o->up.topology == NULL && !o->up.hosts && !o->up.cores_per_host && !o->up.hbm)
+		o->up.topology = "v3-8";
+	return 0;
+}
+
+/* Prints a JSON string literal. */
+static void json_string(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+static int cmd_status(const struct cli *o)
+{
+	char url[512];
+	struct status st;
+	state_coordinator_url(url, sizeof(url), o->state_dir);
+	struct rpc_client *c;
+	struct arena *a = arena_new();
+	void *reply = NULL;
+	int rv = rpc_client_open(&c, url, false, &st);
+	if (rv == ST_OK) {
+		Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
+		req.memory = 1;
+		rv = rpc_call(c, &podemu__coordinator__descriptor, CM_GET_STATUS, &req, a, &reply,
+		              10000, &st);
+		rpc_client_close(c);
+	}
+	if (rv != ST_OK) {
+		if (o->json) {
+			printf("{\"ready\": false, \"error\": ");
+			char msg[STATUS_MESSAGE_MAX + 64];
+			snprintf(msg, sizeof(msg), "%s: %s", status_code_name(rv), st.message);
+			json_string(msg);
+			printf("}\n");
+		} else {
+			fprintf(stderr, "podemu status: no pod at %s: %s\n", url, st.message);
+		}
+		arena_free(a);
+		return 1;
+	}
+	Podemu__PodStatus *ps = reply;
+	if (o->json) {
+		printf("{\"ready\": %s, \"topology\": ", ps->ready ? "true" : "false");
+		json_string(ps->topology);
+		printf(", \"world_size\": %d, \"num_hosts\": %d, \"cores_per_host\": %d, "
+		       "\"coordinator\": ",
+		       ps->world_size, ps->num_hosts, ps->cores_per_host);
+		json_string(url);
+		printf(", \"hosts\": [");
+		for (size_t i = 0; i < ps->n_hosts; i++) {
+			const Podemu__HostInfo *h = ps->hosts[i];
+			printf("%s{\"index\": %d, \"alive\": %s, \"pid\": %d, \"backing\": ",
+			       i ? ", " : "", h->index, h->alive ? "true" : "false", h->pid);
+			json_string(h->backing);
+			printf(", \"control_url\": ");
+			json_string(h->control_url);
+			printf(", \"data_url\": ");
+			json_string(h->data_url);
+			printf("}");
+		}
+		printf("], \"cores\": [");
+		for (size_t i = 0; i < ps->n_cores; i++) {
+			const Podemu__CoreMemory *m = ps->cores[i];
+			printf("%s{\"ordinal\": %d, \"host\": %d, \"bytes_limit\": %lld, "
+			       "\"bytes_used\": %lld, \"peak_bytes_used\": %lld, \"num_allocs\": "
+			       "%lld, \"bytes_reservable_limit\": %lld, "
+			       "\"largest_free_block_bytes\": %lld}",
+			       i ? ", " : "", m->ordinal, m->host, (long long)m->bytes_limit,
+			       (long long)m->bytes_in_use, (long long)m->peak_bytes_in_use,
+			       (long long)m->num_allocs, (long long)m->bytes_reservable_limit,
+			       (long long)m->largest_free_block_bytes);
+		}
+		printf("]}\n");
+	} else {
+		printf("pod %s: %s, %d hosts x %d cores (world size %d), coordinator %s\n",
+		       ps->topology, ps->ready ? "ready" : "NOT READY", ps->num_hosts,
+		       ps->cores_per_host, ps->world_size, url);
+		for (size_t i = 0; i < ps->n_hosts; i++) {
+			const Podemu__HostInfo *h = ps->hosts[i];
+			printf("  host %d: %s pid %d backing %s data %s\n", h->index,
+			       h->alive ? "alive" : "missing", h->pid, h->backing, h->data_url);
+		}
+		if (ps->n_cores > 0)
+			printf("  %7s %5s %16s %16s %16s\n", "ordinal", "host", "bytes_used",
+			       "peak_bytes_used", "bytes_limit");
+		for (size_t i = 0; i < ps->n_cores; i++) {
+			const Podemu__CoreMemory *m = ps->cores[i];
+			printf("  %7d %5d %16lld %16lld %16lld\n", m->ordinal, m->host,
+			       (long long)m->bytes_in_use, (long long)m->peak_bytes_in_use,
+			       (long long)m->bytes_limit);
+		}
+	}
+	arena_free(a);
+	return ps->ready ? 0 : 3;
+}
+
+static int demo_fail(pe_client *c, const char *what)
+{
+	fprintf(stderr, "podemu demo: %s: %s\n", what, pe_last_error(c));
+	pe_disconnect(c);
+	return 1;
+}
+
+/*
+ * The scenario of pytorch/xla issue 3510: every core holds N ones, all-gathers them along dim 0
+ * (output N x world), releases the input, and reports the sum and its memory.
+ */
+static int cmd_demo(const struct cli *o)
+{
+	char url[512];
+	state_coordinator_url(url, sizeof(url), o->state_dir);
+	pe_client *c;
+	if (pe_connect(&c, url) != PE_OK) {
+		fprintf(stderr, "podemu demo: %s\n", pe_connect_error());
+		return 1;
+	}
+	int world = pe_world_size(c);
+	int64_t n = o->elements > 0 ? o->elements : (1LL << 30) / world;
+	pe_tensor *x = pe_full(c, PE_F32, &n, 1, 1.0);
+	if (x == NULL || pe_mark_step(c) != PE_OK)
+		return demo_fail(c, "fill");
+	pe_tensor *y = pe_all_gather(x, 0);
+	if (y == NULL)
+		return demo_fail(c, "all-gather");
+	pe_release(x);
+	if (pe_mark_step(c) != PE_OK)
+		return demo_fail(c, "all-gather step");
+	int64_t dim0 = 0;
+	pe_tensor *sum = pe_reduce_sum(y, &dim0, 1);
+	if (sum == NULL || pe_mark_step(c) != PE_OK)
+		return demo_fail(c, "sum");
+	double *sums = calloc((size_t)world, sizeof(double));
+	int *have = calloc((size_t)world, sizeof(int));
+	pe_memory_info *mem = calloc((size_t)world, sizeof(*mem));
+	if (sums == NULL || have == NULL || mem == NULL) {
+		fprintf(stderr, "podemu demo: out of memory\n");
+		return 1;
+	}
+	for (int r = 0; r < world; r++) {
+		float v;
+		int rv = pe_fetch(sum, r, &v, sizeof(v));
+		if (rv == PE_OK) {
+			sums[r] = v;
+			have[r] = 1;
+		} else if (rv != PE_FAILED_PRECONDITION) {
+			return demo_fail(c, "fetch");
+		}
+	}
+	pe_release(sum);
+	if (pe_mark_step(c) != PE_OK || pe_memory_info_all(c, mem, world) != PE_OK)
+		return demo_fail(c, "memory info");
+	if (o->json) {
+		printf("{\"world_size\": %d, \"elements\": %lld, \"topology\": ", world,
+		       (long long)n);
+		json_string(pe_topology(c));
+		printf(", \"cores\": [");
+		for (int r = 0; r < world; r++) {
+			printf("%s{\"ordinal\": %d, \"sum\": ", r ? ", " : "", mem[r].ordinal);
+			if (have[r])
+				printf("%.17g", sums[r]);
+			else
+				printf("null");
+			printf(
+			    ", \"bytes_used\": %lld, \"peak_bytes_used\": %lld, \"bytes_limit\": "
+			    "%lld}",
+			    (long long)mem[r].bytes_used, (long long)mem[r].peak_bytes_used,
+			    (long long)mem[r].bytes_limit);
+		}
+		printf("]}\n");
+	} else {
+		printf("all-gather of f32[%lld] per core on %s (%d cores): output f32[%lld]\n",
+		       (long long)n, pe_topology(c), world, (long long)n * world);
+		printf("%7s %20s %16s %16s %16s\n", "ordinal", "sum", "bytes_used",
+		       "peak_bytes_used", "bytes_limit");
+		for (int r = 0; r < world; r++) {
+			char sum_text[32] = "null";
+			if (have[r])
+				snprintf(sum_text, sizeof(sum_text), "%.17g", sums[r]);
+			printf("%7d %20s %16lld %16lld %16lld\n", mem[r].ordinal, sum_text,
+			       (long long)mem[r].bytes_used, (long long)mem[r].peak_bytes_used,
+			       (long long)mem[r].bytes_limit);
+		}
+	}
+	free(sums);
+	free(have);
+	free(mem);
+	pe_disconnect(c);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	const char *cmd = argv[1];
+	struct cli o;
+	memset(&o, 0, sizeof(o));
+	o.up.backing = "host";
+	o.up.port = 7460;
+	o.up.timeout_ms = 60000;
+	if (parse(&o, argc - 1, argv + 1) != 0)
+		return 2;
+	if (strcmp(cmd, "up") == 0)
+		return pod_up(&o.up);
+	if (strcmp(cmd, "down") == 0)
+		return pod_down(o.state_dir);
+	if (strcmp(cmd, "status") == 0)
+		return cmd_status(&o);
+	if (strcmp(cmd, "demo") == 0)
+		return cmd_demo(&o);
+	fprintf(stderr, "podemu: unknown command '%s'\n", cmd);
+	usage(stderr);
+	return 2;
+}

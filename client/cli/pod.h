@@ -1,0 +1,25 @@
+/* `podemu up` and `podemu down`: a local pod as background processes with a state directory. */
+#ifndef PODEMU_CLI_POD_H
+#define PODEMU_CLI_POD_H
+
+#include <stdint.h>
+
+struct up_options {
+	const char *state_dir; /* resolved */
+	const char *topology;  /* preset, or NULL with hosts/cores/hbm */
+	int hosts;
+	int cores_per_host;
+	const char *hbm;
+	const char *backing;
+	int port;
+	int timeout_ms;
+	const char *chunk_bytes;
+	const char *collective_timeout_ms;
+};
+
+/* Starts coordinator and agents, waits until the pod is ready; returns a process exit code. */
+int pod_up(const struct up_options *o);
+/* Stops every process recorded in state_dir; returns a process exit code. */
+int pod_down(const char *state_dir);
+
+#endif

@@ -1,0 +1,187 @@
+/*
+ * podemu client library: connect to a pod, record lazy step graphs (torch_xla semantics), run
+ * them with pe_mark_step, move tensors between host and device, read memory statistics.
+ *
+ * Ops are recorded, not run: every op returns a new pending tensor whose shape is known at once.
+ * pe_mark_step compiles the pending graph and runs it on every core (SPMD); the tensors the
+ * program still holds become device buffers and the rest are temporaries of that step. A
+ * tensor released before pe_mark_step never becomes an output.
+ *
+ * Errors: functions that return int return a pe_code (PE_OK is 0); functions that return a
+ * tensor return NULL on error. Either way pe_last_error() gives the message, in XLA's words
+ * where XLA has them ("RESOURCE_EXHAUSTED: ..."). An op given a NULL tensor returns NULL, so a
+ * chain of ops can be checked once at the end.
+ *
+ * Thread safety: a pe_client and its tensors are used by one thread at a time.
+ */
+#ifndef PODEMU_PODEMU_H
+#define PODEMU_PODEMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(PE_BUILDING_LIBRARY)
+#define PE_API __attribute__((visibility("default")))
+#else
+#define PE_API
+#endif
+
+/* Status codes, numbered as absl / gRPC. */
+typedef enum pe_code {
+	PE_OK = 0,
+	PE_CANCELLED = 1,
+	PE_UNKNOWN = 2,
+	PE_INVALID_ARGUMENT = 3,
+	PE_DEADLINE_EXCEEDED = 4,
+	PE_NOT_FOUND = 5,
+	PE_ALREADY_EXISTS = 6,
+	PE_PERMISSION_DENIED = 7,
+	PE_RESOURCE_EXHAUSTED = 8,
+	PE_FAILED_PRECONDITION = 9,
+	PE_ABORTED = 10,
+	PE_OUT_OF_RANGE = 11,
+	PE_UNIMPLEMENTED = 12,
+	PE_INTERNAL = 13,
+	PE_UNAVAILABLE = 14,
+	PE_DATA_LOSS = 15,
+	PE_UNAUTHENTICATED = 16,
+} pe_code;
+
+/* Element types (XLA names). */
+typedef enum pe_dtype {
+	PE_PRED = 1,
+	PE_S32 = 2,
+	PE_U8 = 3,
+	PE_BF16 = 4,
+	PE_F32 = 5,
+	PE_U32 = 6,
+} pe_dtype;
+
+#define PE_MAX_RANK 8
+
+typedef struct pe_client pe_client;
+typedef struct pe_tensor pe_tensor;
+
+/*
+ * Connects to a coordinator. url NULL means: $PODEMU_COORDINATOR, else the address that
+ * `podemu up` wrote into the state directory ($PODEMU_STATE_DIR or the default), else
+ * tcp://127.0.0.1:7460. On success *out owns the client; on failure *out is NULL and the code
+ * says why (the message is printed by pe_connect_error).
+ */
+PE_API int pe_connect(pe_client **out, const char *url);
+/* The message of the last failed pe_connect on this thread. */
+PE_API const char *pe_connect_error(void);
+/* Releases every tensor of the client, then disconnects and frees it. NULL is allowed. */
+PE_API void pe_disconnect(pe_client *c);
+
+/* Message and code of the client's last error ("" and PE_OK when none). */
+PE_API const char *pe_last_error(const pe_client *c);
+PE_API int pe_last_code(const pe_client *c);
+
+/* Pod facts. */
+PE_API int pe_world_size(const pe_client *c);
+PE_API int pe_num_hosts(const pe_client *c);
+PE_API const char *pe_topology(const pe_client *c);
+
+/* ---- ops (lazy) ---- */
+
+/* A tensor of shape dims filled with value on every core (XLA: broadcast of a constant). */
+PE_API pe_tensor *pe_full(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank,
+                          double value);
+/* Values counting up along dimension (XLA iota). */
+PE_API pe_tensor *pe_iota(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank,
+                          int dimension);
+/* This core's replica id as a u32 scalar. */
+PE_API pe_tensor *pe_replica_id(pe_client *c);
+/*
+ * Uploads host data now (torch_xla's .to(device)): per_core[i] holds the bytes for core i
+ * (row-major, shape dims); a NULL entry, or per_core NULL, uploads zeros.
+ */
+PE_API pe_tensor *pe_upload(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank,
+                            const void *const *per_core);
+
+/* Elementwise, on tensors of equal shape. */
+PE_API pe_tensor *pe_add(pe_tensor *a, pe_tensor *b);
+PE_API pe_tensor *pe_subtract(pe_tensor *a, pe_tensor *b);
+PE_API pe_tensor *pe_multiply(pe_tensor *a, pe_tensor *b);
+PE_API pe_tensor *pe_maximum(pe_tensor *a, pe_tensor *b);
+PE_API pe_tensor *pe_minimum(pe_tensor *a, pe_tensor *b);
+PE_API pe_tensor *pe_convert(pe_tensor *a, pe_dtype dtype);
+PE_API pe_tensor *pe_reshape(pe_tensor *a, const int64_t *dims, int rank);
+/* low/high may be negative (cropping); interior >= 0. Arrays of rank(a) entries. */
+PE_API pe_tensor *pe_pad(pe_tensor *a, const int64_t *low, const int64_t *high,
+                         const int64_t *interior, double value);
+/* strides NULL means 1. */
+PE_API pe_tensor *pe_slice(pe_tensor *a, const int64_t *starts, const int64_t *limits,
+                           const int64_t *strides);
+PE_API pe_tensor *pe_concatenate(pe_tensor *const *tensors, int n, int dimension);
+/* Sums over the listed dimensions, which disappear from the shape. */
+PE_API pe_tensor *pe_reduce_sum(pe_tensor *a, const int64_t *dimensions, int n);
+/*
+ * torch_xla's optimization_barrier_: in place, every tensor is replaced by the barrier's output,
+ * so nothing computed before the barrier is moved after it and vice versa.
+ */
+PE_API int pe_optimization_barrier(pe_tensor **tensors, int n);
+/* Gathers a along dimension from all cores, in ordinal order. */
+PE_API pe_tensor *pe_all_gather(pe_tensor *a, int dimension);
+
+/* ---- execution ---- */
+
+/*
+ * Compiles and runs the pending graph on every core. The tensors still held become device
+ * buffers. On failure (e.g. RESOURCE_EXHAUSTED) the pending tensors become unusable and the
+ * pod keeps its earlier device buffers.
+ */
+PE_API int pe_mark_step(pe_client *c);
+
+/*
+ * Copies a tensor from one core into dst (dst_bytes must be the tensor's byte size). A pending
+ * tensor runs pe_mark_step first, as torch_xla does. Under --backing none there are no bytes:
+ * PE_FAILED_PRECONDITION.
+ */
+PE_API int pe_fetch(pe_tensor *t, int ordinal, void *dst, size_t dst_bytes);
+
+/* Drops the tensor; its device buffer is freed once no pending op reads it. NULL is allowed. */
+PE_API void pe_release(pe_tensor *t);
+
+/* Shape of a tensor; dims must hold PE_MAX_RANK entries. */
+PE_API int pe_tensor_shape(const pe_tensor *t, pe_dtype *dtype, int64_t *dims, int *rank);
+PE_API int64_t pe_tensor_bytes(const pe_tensor *t);
+
+/* ---- memory ---- */
+
+/* torch_xla's get_memory_info view plus PJRT's statistics, for one core. */
+typedef struct pe_memory_info {
+	int ordinal;
+	int host;
+	int64_t bytes_used;
+	int64_t bytes_limit;
+	int64_t peak_bytes_used;
+	/* PJRT names */
+	int64_t bytes_in_use;
+	int64_t peak_bytes_in_use;
+	int64_t num_allocs;
+	int64_t largest_alloc_size;
+	int64_t bytes_reserved;
+	int64_t peak_bytes_reserved;
+	int64_t bytes_reservable_limit;
+	int64_t largest_free_block_bytes;
+} pe_memory_info;
+
+/* Statistics of core ordinal. */
+PE_API int pe_memory_info_get(pe_client *c, int ordinal, pe_memory_info *out);
+/* Statistics of every core, in ordinal order; out holds pe_world_size() entries. */
+PE_API int pe_memory_info_all(pe_client *c, pe_memory_info *out, int n);
+
+/* Name of a code ("RESOURCE_EXHAUSTED"). */
+PE_API const char *pe_code_name(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

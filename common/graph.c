@@ -1,0 +1,452 @@
+#include "graph.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const opcode_names[OP_COUNT] = {
+    [OP_INVALID] = "invalid",
+    [OP_PARAMETER] = "parameter",
+    [OP_CONSTANT] = "constant",
+    [OP_IOTA] = "iota",
+    [OP_REPLICA_ID] = "replica-id",
+    [OP_ADD] = "add",
+    [OP_SUBTRACT] = "subtract",
+    [OP_MULTIPLY] = "multiply",
+    [OP_MAXIMUM] = "maximum",
+    [OP_MINIMUM] = "minimum",
+    [OP_CONVERT] = "convert",
+    [OP_RESHAPE] = "reshape",
+    [OP_PAD] = "pad",
+    [OP_SLICE] = "slice",
+    [OP_CONCATENATE] = "concatenate",
+    [OP_REDUCE] = "reduce",
+    [OP_OPT_BARRIER] = "opt-barrier",
+    [OP_GET_TUPLE_ELEMENT] = "get-tuple-element",
+    [OP_ALL_GATHER] = "all-gather",
+};
+
+const char *opcode_name(enum opcode op)
+{
+	if ((int)op <= OP_INVALID || op >= OP_COUNT)
+		return "invalid";
+	return opcode_names[op];
+}
+
+enum opcode opcode_parse(const char *name)
+{
+	for (int i = 1; i < OP_COUNT; i++)
+		if (strcmp(name, opcode_names[i]) == 0)
+			return (enum opcode)i;
+	return OP_INVALID;
+}
+
+int opcode_is_collective(enum opcode op)
+{
+	return op == OP_ALL_GATHER;
+}
+
+int shape_from_proto(struct shape *out, const Podemu__Shape *p, struct status *st)
+{
+	if (p == NULL)
+		return status_set(st, ST_INVALID_ARGUMENT, "missing shape");
+	if (p->tuple) {
+		memset(out, 0, sizeof(*out));
+		out->tuple = true;
+		return ST_OK;
+	}
+	if (p->n_dims > SHAPE_MAX_RANK)
+		return status_set(st, ST_INVALID_ARGUMENT, "rank %zu exceeds the maximum of %d",
+		                  p->n_dims, SHAPE_MAX_RANK);
+	return shape_make(out, (int)p->dtype, p->dims, (int)p->n_dims, st);
+}
+
+/* Prefix for every error about node i: "node 7 (add "x")". */
+static const char *node_label(char *buf, size_t len, const Podemu__Node *n, int i)
+{
+	if (n->name != NULL && n->name[0] != '\0')
+		snprintf(buf, len, "%s %%%s (node %d)", n->opcode, n->name, i);
+	else
+		snprintf(buf, len, "%s (node %d)", n->opcode, i);
+	return buf;
+}
+
+static int check_value_fits(const Podemu__Node *n, int dtype, const char *label, struct status *st)
+{
+	double v = n->value;
+	double lo, hi;
+	switch (dtype) {
+	case DT_PRED:
+		lo = 0, hi = 1;
+		break;
+	case DT_U8:
+		lo = 0, hi = 255;
+		break;
+	case DT_S32:
+		lo = -2147483648.0, hi = 2147483647.0;
+		break;
+	case DT_U32:
+		lo = 0, hi = 4294967295.0;
+		break;
+	default:
+		return ST_OK;
+	}
+	if (!(v >= lo && v <= hi) || v != floor(v))
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: value %g is not a valid %s", label,
+		                  v, dtype_name(dtype));
+	return ST_OK;
+}
+
+static int infer_binary(struct shape *out, const struct shape *a, const struct shape *b,
+                        enum opcode op, const char *label, struct status *st)
+{
+	char sa[128], sb[128];
+	if (!shape_equal(a, b) || a->tuple)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Binary op %s with incompatible shapes: %s and %s.", label,
+		                  opcode_name(op), shape_format(sa, sizeof(sa), a),
+		                  shape_format(sb, sizeof(sb), b));
+	if (a->dtype == DT_PRED && op != OP_MAXIMUM && op != OP_MINIMUM)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Expected element type in shape to be arithmetic type for "
+		                  "operation %s; got PRED.",
+		                  label, opcode_name(op));
+	*out = *a;
+	return ST_OK;
+}
+
+static int infer_pad(struct shape *out, const Podemu__Node *n, const struct shape *in,
+                     const char *label, struct status *st)
+{
+	if (n->n_pad_low != (size_t)in->rank || n->n_pad_high != (size_t)in->rank ||
+	    n->n_pad_interior != (size_t)in->rank)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: The rank of the operand and the padding configuration do "
+		                  "not match: %d vs %zu.",
+		                  label, in->rank, n->n_pad_low);
+	*out = *in;
+	for (int d = 0; d < in->rank; d++) {
+		int64_t lo = n->pad_low[d], hi = n->pad_high[d], interior = n->pad_interior[d];
+		if (interior < 0 || interior > (int64_t)1 << 40 || lo < -((int64_t)1 << 50) ||
+		    lo > (int64_t)1 << 50 || hi < -((int64_t)1 << 50) || hi > (int64_t)1 << 50)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: invalid padding %lld_%lld_%lld in dimension %d",
+			                  label, (long long)lo, (long long)hi, (long long)interior,
+			                  d);
+		int64_t gaps = in->dims[d] > 0 ? in->dims[d] - 1 : 0;
+		int64_t inner;
+		if (!mul_overflow_i64(gaps, interior, &inner))
+			return status_set(st, ST_INVALID_ARGUMENT, "%s: padded size overflows",
+			                  label);
+		int64_t size = in->dims[d] + inner + lo + hi;
+		if (size < 0)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: padding makes dimension %d negative (%lld)", label,
+			                  d, (long long)size);
+		out->dims[d] = size;
+	}
+	return shape_make(out, in->dtype, out->dims, in->rank, st);
+}
+
+static int infer_slice(struct shape *out, const Podemu__Node *n, const struct shape *in,
+                       const char *label, struct status *st)
+{
+	if (n->n_starts != (size_t)in->rank || n->n_limits != (size_t)in->rank ||
+	    (n->n_strides != 0 && n->n_strides != (size_t)in->rank))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: slice index count does not match argument rank: %zu vs %d.",
+		                  label, n->n_starts, in->rank);
+	*out = *in;
+	for (int d = 0; d < in->rank; d++) {
+		int64_t start = n->starts[d], limit = n->limits[d];
+		int64_t stride = n->n_strides ? n->strides[d] : 1;
+		if (start < 0 || limit < start || limit > in->dims[d] || stride < 1)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s: Slice dimension %d is out of bounds: [%lld:%lld:%lld] of %lld",
+			    label, d, (long long)start, (long long)limit, (long long)stride,
+			    (long long)in->dims[d]);
+		out->dims[d] = (limit - start + stride - 1) / stride;
+	}
+	return ST_OK;
+}
+
+static int infer_concatenate(struct shape *out, const Podemu__Node *n, const struct shape *shapes,
+                             const char *label, struct status *st)
+{
+	if (n->n_operands < 1)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Concatenate expects at least one argument.", label);
+	if (n->n_dimensions != 1)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: concatenate needs exactly one dimension", label);
+	const struct shape *first = &shapes[n->operands[0]];
+	int64_t dim = n->dimensions[0];
+	if (first->tuple || dim < 0 || dim >= first->rank)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Concatenate dimension out of bounds: %lld.", label,
+		                  (long long)dim);
+	*out = *first;
+	out->dims[dim] = 0;
+	for (size_t k = 0; k < n->n_operands; k++) {
+		const struct shape *s = &shapes[n->operands[k]];
+		char sa[128], sb[128];
+		bool same = !s->tuple && s->dtype == first->dtype && s->rank == first->rank;
+		for (int d = 0; same && d < s->rank; d++)
+			if (d != dim && s->dims[d] != first->dims[d])
+				same = false;
+		if (!same)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s: Cannot concatenate arrays that differ in dimensions "
+			    "other than the one being concatenated. Dimension %lld in "
+			    "both shapes must be equal: %s vs %s.",
+			    label, (long long)dim, shape_format(sa, sizeof(sa), first),
+			    shape_format(sb, sizeof(sb), s));
+		out->dims[dim] += s->dims[dim];
+	}
+	return shape_make(out, first->dtype, out->dims, out->rank, st);
+}
+
+static int infer_reduce(struct shape *out, const Podemu__Node *n, const struct shape *in,
+                        const char *label, struct status *st)
+{
+	static const char *const reducers[] = {"", "add", "max", "min", "multiply"};
+	bool known = n->reducer == NULL;
+	for (size_t i = 0; !known && i < sizeof(reducers) / sizeof(reducers[0]); i++)
+		known = strcmp(n->reducer, reducers[i]) == 0;
+	if (!known)
+		return status_set(st, ST_UNIMPLEMENTED,
+		                  "%s: reduce computation '%s' is not supported (add, max, min, "
+		                  "multiply)",
+		                  label, n->reducer);
+	bool reduced[SHAPE_MAX_RANK] = {false};
+	for (size_t k = 0; k < n->n_dimensions; k++) {
+		int64_t d = n->dimensions[k];
+		if (d < 0 || d >= in->rank || reduced[d])
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: reducing out-of-bounds or repeated dimension %lld "
+			                  "of a rank-%d operand",
+			                  label, (long long)d, in->rank);
+		reduced[d] = true;
+	}
+	memset(out, 0, sizeof(*out));
+	out->dtype = in->dtype;
+	for (int d = 0; d < in->rank; d++)
+		if (!reduced[d])
+			out->dims[out->rank++] = in->dims[d];
+	return ST_OK;
+}
+
+static int infer_all_gather(struct shape *out, const Podemu__Node *n, const struct shape *in,
+                            int world_size, const char *label, struct status *st)
+{
+	if (n->n_dimensions != 1 || n->dimensions[0] < 0 || n->dimensions[0] >= in->rank)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: all_gather_dimension must be one dimension of the rank-%d "
+		                  "operand",
+		                  label, in->rank);
+	if (n->n_replica_groups > 1 ||
+	    (n->n_replica_groups == 1 &&
+	     n->replica_groups[0]->n_replica_ids != (size_t)world_size)) {
+		return status_set(st, ST_UNIMPLEMENTED,
+		                  "%s: replica groups other than one group of all %d cores are "
+		                  "not supported yet",
+		                  label, world_size);
+	}
+	if (n->n_replica_groups == 1) {
+		for (int r = 0; r < world_size; r++)
+			if (n->replica_groups[0]->replica_ids[r] != r)
+				return status_set(
+				    st, ST_UNIMPLEMENTED,
+				    "%s: a single replica group must list replicas 0..%d in "
+				    "order",
+				    label, world_size - 1);
+	}
+	*out = *in;
+	int64_t d = n->dimensions[0];
+	if (!mul_overflow_i64(in->dims[d], world_size, &out->dims[d]))
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: gathered size overflows", label);
+	return shape_make(out, in->dtype, out->dims, in->rank, st);
+}
+
+int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
+                     const struct shape *shapes, int world_size, struct status *st)
+{
+	const Podemu__Node *n = nodes[index];
+	char label[160];
+	node_label(label, sizeof(label), n, index);
+	enum opcode op = opcode_parse(n->opcode ? n->opcode : "");
+	if (op == OP_INVALID)
+		return status_set(st, ST_UNIMPLEMENTED, "node %d: unknown opcode '%s'", index,
+		                  n->opcode ? n->opcode : "");
+	static const int arity[OP_COUNT] = {
+	    [OP_PARAMETER] = 0,
+	    [OP_CONSTANT] = 0,
+	    [OP_IOTA] = 0,
+	    [OP_REPLICA_ID] = 0,
+	    [OP_ADD] = 2,
+	    [OP_SUBTRACT] = 2,
+	    [OP_MULTIPLY] = 2,
+	    [OP_MAXIMUM] = 2,
+	    [OP_MINIMUM] = 2,
+	    [OP_CONVERT] = 1,
+	    [OP_RESHAPE] = 1,
+	    [OP_PAD] = 1,
+	    [OP_SLICE] = 1,
+	    [OP_CONCATENATE] = -1,
+	    [OP_REDUCE] = 1,
+	    [OP_OPT_BARRIER] = -1,
+	    [OP_GET_TUPLE_ELEMENT] = 1,
+	    [OP_ALL_GATHER] = 1,
+	};
+	if (arity[op] >= 0 && n->n_operands != (size_t)arity[op])
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: expects %d operands, got %zu",
+		                  label, arity[op], n->n_operands);
+	for (size_t k = 0; k < n->n_operands; k++) {
+		int32_t o = n->operands[k];
+		if (o < 0 || o >= index)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: operand %zu refers to node %d, which is not an "
+			                  "earlier node",
+			                  label, k, o);
+		if (shapes[o].tuple && op != OP_GET_TUPLE_ELEMENT)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: operand %zu is a tuple; take its elements with "
+			                  "get-tuple-element",
+			                  label, k);
+	}
+	const struct shape *a = n->n_operands > 0 ? &shapes[n->operands[0]] : NULL;
+	int rv;
+	switch (op) {
+	case OP_PARAMETER:
+		if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)
+			return status_set(st, rv, "%s: %s", label, st->message);
+		if (n->handle == 0)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: parameter has no buffer handle", label);
+		return ST_OK;
+	case OP_CONSTANT:
+	case OP_IOTA:
+		if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)
+			return status_set(st, rv, "%s: %s", label, st->message);
+		if (out->tuple)
+			return status_set(st, ST_INVALID_ARGUMENT, "%s: result cannot be a tuple",
+			                  label);
+		if (op == OP_CONSTANT)
+			return check_value_fits(n, out->dtype, label, st);
+		if (out->rank < 1 || n->n_dimensions != 1 || n->dimensions[0] < 0 ||
+		    n->dimensions[0] >= out->rank)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: iota_dimension must name a dimension of %d", label,
+			                  out->rank);
+		return ST_OK;
+	case OP_REPLICA_ID:
+		return shape_make(out, DT_U32, NULL, 0, st);
+	case OP_ADD:
+	case OP_SUBTRACT:
+	case OP_MULTIPLY:
+	case OP_MAXIMUM:
+	case OP_MINIMUM:
+		return infer_binary(out, a, &shapes[n->operands[1]], op, label, st);
+	case OP_CONVERT:
+		if (n->shape == NULL || dtype_size((int)n->shape->dtype) == 0)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: convert needs a valid target element type", label);
+		*out = *a;
+		out->dtype = (int)n->shape->dtype;
+		return ST_OK;
+	case OP_RESHAPE: {
+		if (n->n_dimensions > SHAPE_MAX_RANK)
+			return status_set(st, ST_INVALID_ARGUMENT, "%s: rank %zu is too large",
+			                  label, n->n_dimensions);
+		if ((rv = shape_make(out, a->dtype, n->dimensions, (int)n->n_dimensions, st)) !=
+		    ST_OK)
+			return status_set(st, rv, "%s: %s", label, st->message);
+		if (shape_elements(out) != shape_elements(a)) {
+			char sa[128], sb[128];
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s: Reshape operation has mismatched element counts: "
+			    "from=%lld (%s) to=%lld (%s).",
+			    label, (long long)shape_elements(a), shape_format(sa, sizeof(sa), a),
+			    (long long)shape_elements(out), shape_format(sb, sizeof(sb), out));
+		}
+		return ST_OK;
+	}
+	case OP_PAD:
+		if ((rv = check_value_fits(n, a->dtype, label, st)) != ST_OK)
+			return rv;
+		return infer_pad(out, n, a, label, st);
+	case OP_SLICE:
+		return infer_slice(out, n, a, label, st);
+	case OP_CONCATENATE:
+		return infer_concatenate(out, n, shapes, label, st);
+	case OP_REDUCE:
+		return infer_reduce(out, n, a, label, st);
+	case OP_OPT_BARRIER:
+		memset(out, 0, sizeof(*out));
+		out->tuple = true;
+		return ST_OK;
+	case OP_GET_TUPLE_ELEMENT: {
+		const Podemu__Node *t = nodes[n->operands[0]];
+		if (opcode_parse(t->opcode ? t->opcode : "") != OP_OPT_BARRIER)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: operand must be an opt-barrier tuple", label);
+		if (n->tuple_index < 0 || (size_t)n->tuple_index >= t->n_operands)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: tuple index %d out of range for a %zu-element tuple",
+			                  label, n->tuple_index, t->n_operands);
+		*out = shapes[t->operands[n->tuple_index]];
+		return ST_OK;
+	}
+	case OP_ALL_GATHER:
+		if (a->rank < 1)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: all-gather needs an operand of rank >= 1", label);
+		return infer_all_gather(out, n, a, world_size, label, st);
+	default:
+		return status_set(st, ST_UNIMPLEMENTED, "%s: not implemented", label);
+	}
+}
+
+int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, struct status *st)
+{
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		if (g->nodes[i] == NULL)
+			return status_set(st, ST_INVALID_ARGUMENT, "node %zu is empty", i);
+		int rv = graph_infer_node(&shapes[i], g->nodes, (int)i, shapes, world_size, st);
+		if (rv != ST_OK)
+			return rv;
+		const Podemu__Shape *declared = g->nodes[i]->shape;
+		enum opcode op = opcode_parse(g->nodes[i]->opcode);
+		if (declared != NULL && op != OP_PARAMETER && op != OP_CONSTANT && op != OP_IOTA &&
+		    op != OP_CONVERT && (declared->dtype != 0 || declared->tuple)) {
+			struct shape d;
+			char sa[128], sb[128];
+			if (shape_from_proto(&d, declared, st) != ST_OK ||
+			    !shape_equal(&d, &shapes[i]))
+				return status_set(
+				    st, ST_INVALID_ARGUMENT,
+				    "%s (node %zu): declared shape %s does not match "
+				    "the inferred shape %s",
+				    g->nodes[i]->opcode, i,
+				    declared->tuple ? "(tuple)" : shape_format(sa, sizeof(sa), &d),
+				    shape_format(sb, sizeof(sb), &shapes[i]));
+		}
+	}
+	for (size_t k = 0; k < g->n_outputs; k++) {
+		int32_t o = g->outputs[k];
+		if (o < 0 || (size_t)o >= g->n_nodes)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "output %zu names node %d of %zu", k, o, g->n_nodes);
+		if (shapes[o].tuple)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "output %zu (node %d) is a tuple", k, o);
+		for (size_t j = 0; j < k; j++)
+			if (g->outputs[j] == o)
+				return status_set(st, ST_INVALID_ARGUMENT,
+				                  "node %d is listed as an output twice", o);
+	}
+	return ST_OK;
+}

@@ -1,0 +1,61 @@
+/*
+ * Step graphs: opcodes (named after HLO) and shape inference. Shared by the client library,
+ * which infers a tensor's shape when an op is recorded, and the coordinator, which checks every
+ * graph it receives before planning it.
+ */
+#ifndef PODEMU_GRAPH_H
+#define PODEMU_GRAPH_H
+
+#include "dtype.h"
+#include "podemu.pb-c.h"
+#include "status.h"
+
+enum opcode {
+	OP_INVALID = 0,
+	OP_PARAMETER,
+	OP_CONSTANT,
+	OP_IOTA,
+	OP_REPLICA_ID,
+	OP_ADD,
+	OP_SUBTRACT,
+	OP_MULTIPLY,
+	OP_MAXIMUM,
+	OP_MINIMUM,
+	OP_CONVERT,
+	OP_RESHAPE,
+	OP_PAD,
+	OP_SLICE,
+	OP_CONCATENATE,
+	OP_REDUCE,
+	OP_OPT_BARRIER,
+	OP_GET_TUPLE_ELEMENT,
+	OP_ALL_GATHER,
+	OP_COUNT
+};
+
+/* HLO spelling of an opcode, and back (OP_INVALID when unknown). */
+const char *opcode_name(enum opcode op);
+enum opcode opcode_parse(const char *name);
+/* True for the collectives, which move data between cores. */
+int opcode_is_collective(enum opcode op);
+
+/* Converts between the wire shape and struct shape, validating sizes (INVALID_ARGUMENT). */
+int shape_from_proto(struct shape *out, const Podemu__Shape *p, struct status *st);
+
+/*
+ * Infers the result shape of nodes[index] from the shapes of earlier nodes (shapes[0..index)).
+ * A parameter's shape is its declared shape. world_size is the number of cores the step runs
+ * on (all-gather multiplies its dimension by it). On error INVALID_ARGUMENT (or UNIMPLEMENTED)
+ * names the node, its opcode and the problem, in XLA's words where XLA has them.
+ */
+int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
+                     const struct shape *shapes, int world_size, struct status *st);
+
+/*
+ * Checks a whole graph: opcodes, operand indices (earlier nodes only), attributes, shapes
+ * (each declared shape must equal the inferred one) and outputs (valid, distinct, not tuples).
+ * shapes receives g->n_nodes inferred shapes.
+ */
+int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, struct status *st);
+
+#endif

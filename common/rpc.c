@@ -1,0 +1,323 @@
+#include "rpc.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "log.h"
+#include "podemu.pb-c.h"
+
+struct rpc_worker {
+	struct rpc_server *server;
+	pthread_t thread;
+	nng_ctx ctx;
+	nng_aio *aio;
+};
+
+struct rpc_server {
+	nng_socket sock;
+	const ProtobufCServiceDescriptor *svc;
+	const rpc_handler *handlers;
+	void *state;
+	int num_workers;
+	struct rpc_worker *workers;
+};
+
+struct rpc_client {
+	nng_socket sock;
+	char url[256];
+};
+
+static int status_from_nng(struct status *st, int rv, const char *what, const char *url)
+{
+	if (rv == NNG_ETIMEDOUT)
+		return status_set(st, ST_DEADLINE_EXCEEDED, "%s %s: deadline exceeded", what, url);
+	return status_set(st, ST_UNAVAILABLE, "%s %s: %s", what, url, nng_strerror(rv));
+}
+
+/*
+ * Decodes one request envelope, runs the handler, and encodes the reply envelope into *out.
+ * Malformed input yields an error reply, never a crash.
+ */
+static nng_msg *rpc_dispatch(struct rpc_server *s, nng_msg *req)
+{
+	struct status st;
+	status_clear(&st);
+	struct arena *a = arena_new();
+	Podemu__RpcResponse resp = PODEMU__RPC_RESPONSE__INIT;
+	void *reply = NULL;
+	const ProtobufCMethodDescriptor *m = NULL;
+	nng_msg *out = NULL;
+	if (a == NULL) {
+		status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		goto respond;
+	}
+	Podemu__RpcRequest *env = podemu__rpc_request__unpack(arena_protobuf_allocator(a),
+	                                                      nng_msg_len(req), nng_msg_body(req));
+	if (env == NULL) {
+		status_set(&st, ST_INVALID_ARGUMENT, "malformed RPC envelope (%zu bytes)",
+		           nng_msg_len(req));
+		goto respond;
+	}
+	if (env->method >= s->svc->n_methods || s->handlers[env->method] == NULL) {
+		status_set(&st, ST_UNIMPLEMENTED, "%s has no method %u", s->svc->name, env->method);
+		goto respond;
+	}
+	m = &s->svc->methods[env->method];
+	ProtobufCMessage *in = protobuf_c_message_unpack(m->input, arena_protobuf_allocator(a),
+	                                                 env->payload.len, env->payload.data);
+	if (in == NULL) {
+		status_set(&st, ST_INVALID_ARGUMENT, "malformed %s request (%zu bytes)", m->name,
+		           env->payload.len);
+		goto respond;
+	}
+	reply = arena_alloc(a, m->output->sizeof_message);
+	if (reply == NULL) {
+		status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		goto respond;
+	}
+	protobuf_c_message_init(m->output, reply);
+	st.code = s->handlers[env->method](s->state, a, in, reply, &st);
+	if (st.code == ST_OK) {
+		size_t len = protobuf_c_message_get_packed_size(reply);
+		resp.payload.data = arena_alloc(a, len ? len : 1);
+		if (resp.payload.data == NULL) {
+			status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			goto respond;
+		}
+		resp.payload.len = protobuf_c_message_pack(reply, resp.payload.data);
+	}
+respond:
+	resp.code = st.code;
+	resp.message = st.code == ST_OK ? "" : st.message;
+	if (st.code != ST_OK) {
+		resp.payload.len = 0;
+		log_debug("%s: %s: %s", m ? m->name : "rpc", status_code_name(st.code), st.message);
+	}
+	size_t len = podemu__rpc_response__get_packed_size(&resp);
+	if (nng_msg_alloc(&out, len) == 0)
+		podemu__rpc_response__pack(&resp, nng_msg_body(out));
+	arena_free(a);
+	return out;
+}
+
+static void *rpc_worker_main(void *arg)
+{
+	struct rpc_worker *w = arg;
+	for (;;) {
+		nng_ctx_recv(w->ctx, w->aio);
+		nng_aio_wait(w->aio);
+		int rv = nng_aio_result(w->aio);
+		if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+			break;
+		if (rv != 0)
+			continue;
+		nng_msg *req = nng_aio_get_msg(w->aio);
+		nng_msg *resp = rpc_dispatch(w->server, req);
+		nng_msg_free(req);
+		if (resp == NULL)
+			continue;
+		nng_aio_set_msg(w->aio, resp);
+		nng_ctx_send(w->ctx, w->aio);
+		nng_aio_wait(w->aio);
+		rv = nng_aio_result(w->aio);
+		if (rv != 0)
+			nng_msg_free(resp);
+		if (rv == NNG_ECLOSED)
+			break;
+	}
+	return NULL;
+}
+
+int rpc_server_start(struct rpc_server **out, const char *url,
+                     const ProtobufCServiceDescriptor *svc, const rpc_handler *handlers,
+                     void *state, int workers, char *bound_url, struct status *st)
+{
+	struct rpc_server *s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	s->svc = svc;
+	s->handlers = handlers;
+	s->state = state;
+	int rv = nng_rep0_open(&s->sock);
+	if (rv != 0) {
+		free(s);
+		return status_from_nng(st, rv, "cannot open socket for", url);
+	}
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, RPC_MAX_MESSAGE_BYTES);
+	nng_listener l;
+	rv = nng_listen(s->sock, url, &l, 0);
+	if (rv != 0) {
+		nng_close(s->sock);
+		free(s);
+		return status_from_nng(st, rv, "cannot listen on", url);
+	}
+	if (bound_url != NULL) {
+		int port = 0;
+		snprintf(bound_url, 256, "%s", url);
+		if (strncmp(url, "tcp://", 6) == 0 &&
+		    nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
+			const char *colon = strrchr(url, ':');
+			snprintf(bound_url, 256, "%.*s:%d", (int)(colon - url), url, port);
+		}
+	}
+	s->workers = calloc((size_t)workers, sizeof(*s->workers));
+	if (s->workers == NULL) {
+		nng_close(s->sock);
+		free(s);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	for (int i = 0; i < workers; i++) {
+		struct rpc_worker *w = &s->workers[i];
+		w->server = s;
+		if (nng_ctx_open(&w->ctx, s->sock) != 0 || nng_aio_alloc(&w->aio, NULL, NULL) != 0)
+			break;
+		if (pthread_create(&w->thread, NULL, rpc_worker_main, w) != 0) {
+			nng_aio_free(w->aio);
+			nng_ctx_close(w->ctx);
+			break;
+		}
+		s->num_workers++;
+	}
+	if (s->num_workers == 0) {
+		rpc_server_stop(s);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "cannot start RPC workers");
+	}
+	*out = s;
+	return ST_OK;
+}
+
+void rpc_server_stop(struct rpc_server *s)
+{
+	if (s == NULL)
+		return;
+	for (int i = 0; i < s->num_workers; i++)
+		nng_aio_stop(s->workers[i].aio);
+	nng_close(s->sock);
+	for (int i = 0; i < s->num_workers; i++) {
+		pthread_join(s->workers[i].thread, NULL);
+		nng_aio_free(s->workers[i].aio);
+	}
+	free(s->workers);
+	free(s);
+}
+
+int rpc_client_open(struct rpc_client **out, const char *url, bool wait, struct status *st)
+{
+	struct rpc_client *c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	snprintf(c->url, sizeof(c->url), "%s", url);
+	int rv = nng_req0_open(&c->sock);
+	if (rv != 0) {
+		free(c);
+		return status_from_nng(st, rv, "cannot open socket for", url);
+	}
+	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, RPC_MAX_MESSAGE_BYTES);
+	/* A request is never resent: a slow step must not run twice. */
+	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
+	rv = nng_dial(c->sock, url, NULL, wait ? NNG_FLAG_NONBLOCK : 0);
+	if (rv != 0) {
+		nng_close(c->sock);
+		free(c);
+		return status_from_nng(st, rv, "cannot connect to", url);
+	}
+	*out = c;
+	return ST_OK;
+}
+
+void rpc_client_close(struct rpc_client *c)
+{
+	if (c == NULL)
+		return;
+	nng_close(c->sock);
+	free(c);
+}
+
+const char *rpc_client_url(const struct rpc_client *c)
+{
+	return c->url;
+}
+
+int rpc_call(struct rpc_client *c, const ProtobufCServiceDescriptor *svc, unsigned method,
+             const void *request, struct arena *a, void **reply, int timeout_ms, struct status *st)
+{
+	if (method >= svc->n_methods)
+		return status_set(st, ST_INTERNAL, "%s has no method %u", svc->name, method);
+	const ProtobufCMethodDescriptor *m = &svc->methods[method];
+	Podemu__RpcRequest env = PODEMU__RPC_REQUEST__INIT;
+	env.method = method;
+	env.payload.len = protobuf_c_message_get_packed_size(request);
+	env.payload.data = arena_alloc(a, env.payload.len ? env.payload.len : 1);
+	if (env.payload.data == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	protobuf_c_message_pack(request, env.payload.data);
+	if (env.payload.len + 64 > RPC_MAX_MESSAGE_BYTES)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s request of %zu bytes exceeds the %d-byte message limit",
+		                  m->name, env.payload.len, RPC_MAX_MESSAGE_BYTES);
+
+	nng_msg *msg;
+	if (nng_msg_alloc(&msg, podemu__rpc_request__get_packed_size(&env)) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	podemu__rpc_request__pack(&env, nng_msg_body(msg));
+
+	nng_ctx ctx;
+	nng_aio *aio;
+	int rv = nng_ctx_open(&ctx, c->sock);
+	if (rv != 0) {
+		nng_msg_free(msg);
+		return status_from_nng(st, rv, "cannot call", c->url);
+	}
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+		nng_ctx_close(ctx);
+		nng_msg_free(msg);
+		return status_from_nng(st, rv, "cannot call", c->url);
+	}
+	nng_aio_set_timeout(aio, timeout_ms);
+	nng_aio_set_msg(aio, msg);
+	nng_ctx_send(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		nng_msg_free(msg);
+		goto fail;
+	}
+	nng_ctx_recv(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0)
+		goto fail;
+	nng_msg *resp_msg = nng_aio_get_msg(aio);
+	nng_aio_free(aio);
+	nng_ctx_close(ctx);
+
+	Podemu__RpcResponse *resp = podemu__rpc_response__unpack(
+	    arena_protobuf_allocator(a), nng_msg_len(resp_msg), nng_msg_body(resp_msg));
+	nng_msg_free(resp_msg);
+	if (resp == NULL)
+		return status_set(st, ST_INTERNAL, "malformed reply to %s from %s", m->name,
+		                  c->url);
+	if (resp->code != ST_OK)
+		return status_set(st, resp->code, "%s", resp->message);
+	void *decoded = protobuf_c_message_unpack(m->output, arena_protobuf_allocator(a),
+	                                          resp->payload.len, resp->payload.data);
+	if (decoded == NULL)
+		return status_set(st, ST_INTERNAL, "malformed %s reply from %s", m->name, c->url);
+	*reply = decoded;
+	status_clear(st);
+	return ST_OK;
+fail:
+	nng_aio_free(aio);
+	nng_ctx_close(ctx);
+	if (rv == NNG_ETIMEDOUT)
+		return status_set(st, ST_DEADLINE_EXCEEDED,
+		                  "%s to %s: no reply within %d ms (is the peer running?)", m->name,
+		                  c->url, timeout_ms);
+	return status_from_nng(st, rv, m->name, c->url);
+}

@@ -1,0 +1,30 @@
+/* Method indices of the services in proto/podemu.proto (their order of declaration). */
+#ifndef PODEMU_SERVICES_H
+#define PODEMU_SERVICES_H
+
+enum coordinator_method {
+	CM_REGISTER,
+	CM_HEARTBEAT,
+	CM_GET_STATUS,
+	CM_EXECUTE_STEP,
+	CM_CREATE_BUFFER,
+	CM_TRANSFER_TO_DEVICE,
+	CM_TRANSFER_FROM_DEVICE,
+	CM_RELEASE,
+	CM_GET_MEMORY_STATS,
+	CM_COUNT
+};
+
+enum agent_method {
+	AM_PREPARE_STEP,
+	AM_RUN_STEP,
+	AM_ABORT_STEP,
+	AM_CREATE_BUFFER,
+	AM_TRANSFER_TO_DEVICE,
+	AM_TRANSFER_FROM_DEVICE,
+	AM_RELEASE,
+	AM_GET_MEMORY_STATS,
+	AM_COUNT
+};
+
+#endif

@@ -1,0 +1,206 @@
+/*
+ * podemu-coordinator: registers agents, assigns host indices and ordinals, compiles and
+ * dispatches steps. The main thread runs a libevent loop (signals, lease timer); RPCs are served
+ * on worker threads.
+ */
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "podemu.pb-c.h"
+#include "service.h"
+#include "topology.h"
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: podemu-coordinator [options]\n"
+	    "  --listen URL               control address (default tcp://127.0.0.1:7460;\n"
+	    "                             port 0 picks a free port)\n"
+	    "  --topology NAME            v2-8, v3-8, v3-32, v3-128, v4-8, v4-32, ... (default "
+	    "v3-8)\n"
+	    "  --hosts H --cores-per-host C --hbm SIZE   an explicit pod instead of a preset\n"
+	    "  --address-file PATH        write the bound address here once listening\n"
+	    "  --chunk-bytes SIZE         collective chunk size (default 4M)\n"
+	    "  --collective-timeout-ms N  a collective fails after N ms (default 120000)\n"
+	    "  --heartbeat-timeout-ms N   a host that is silent this long is lost (default 3000)\n"
+	    "  --verbose                  log debug messages\n");
+}
+
+struct loop_state {
+	struct event_base *base;
+	struct coordinator *co;
+};
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct loop_state *ls = arg;
+	log_info("signal %d: shutting down", (int)sig);
+	event_base_loopbreak(ls->base);
+}
+
+static void on_lease_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct loop_state *ls = arg;
+	registry_expire(&ls->co->reg);
+}
+
+/* Writes text to path atomically (temporary file + rename). */
+static int write_file_atomic(const char *path, const char *text)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	FILE *f = fopen(tmp, "w");
+	if (f == NULL)
+		return -1;
+	fprintf(f, "%s\n", text);
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"listen", required_argument, NULL, 'l'},
+	    {"topology", required_argument, NULL, 't'},
+	    {"hosts", required_argument, NULL, 'H'},
+	    {"cores-per-host", required_argument, NULL, 'C'},
+	    {"hbm", required_argument, NULL, 'M'},
+	    {"address-file", required_argument, NULL, 'a'},
+	    {"chunk-bytes", required_argument, NULL, 'c'},
+	    {"collective-timeout-ms", required_argument, NULL, 'T'},
+	    {"heartbeat-timeout-ms", required_argument, NULL, 'B'},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0, 0, 0, 0},
+	};
+	const char *listen_url = "tcp://127.0.0.1:7460", *topology_name = NULL;
+	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
+	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000;
+	enum log_level level = LOG_INFO;
+	int c;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			listen_url = optarg;
+			break;
+		case 't':
+			topology_name = optarg;
+			break;
+		case 'H':
+			hosts = atoi(optarg);
+			break;
+		case 'C':
+			cores = atoi(optarg);
+			break;
+		case 'M':
+			hbm_text = optarg;
+			break;
+		case 'a':
+			address_file = optarg;
+			break;
+		case 'c':
+			chunk_text = optarg;
+			break;
+		case 'T':
+			collective_timeout = atoi(optarg);
+			break;
+		case 'B':
+			heartbeat_timeout = atoi(optarg);
+			break;
+		case 'v':
+			level = LOG_DEBUG;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	log_init("coordinator", level);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct status st;
+	status_clear(&st);
+	struct topology topo;
+	int rv;
+	if (hosts || cores || hbm_text) {
+		int64_t hbm = 16LL << 30;
+		if (hbm_text != NULL && parse_size(&hbm, hbm_text, &st) != ST_OK) {
+			fprintf(stderr, "podemu-coordinator: --hbm: %s\n", st.message);
+			return 2;
+		}
+		rv = topology_custom(&topo, hosts ? hosts : 1, cores ? cores : 8, hbm, &st);
+	} else {
+		rv = topology_from_preset(&topo, topology_name ? topology_name : "v3-8", &st);
+	}
+	int64_t chunk;
+	if (rv == ST_OK)
+		rv = parse_size(&chunk, chunk_text, &st);
+	if (rv == ST_OK && (chunk < 4096 || chunk > (64 << 20)))
+		rv = status_set(&st, ST_INVALID_ARGUMENT, "--chunk-bytes must be in [4K, 64M]");
+	if (rv == ST_OK && (collective_timeout < 100 || heartbeat_timeout < 100))
+		rv = status_set(&st, ST_INVALID_ARGUMENT, "timeouts must be at least 100 ms");
+	if (rv != ST_OK) {
+		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+		return 2;
+	}
+
+	static struct coordinator co;
+	if (registry_init(&co.reg, &topo, heartbeat_timeout, &st) != ST_OK) {
+		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+		return 1;
+	}
+	pthread_mutex_init(&co.step_lock, NULL);
+	co.chunk_bytes = chunk;
+	co.collective_timeout_ms = collective_timeout;
+	co.step_timeout_ms = collective_timeout + 600000;
+	co.agent_timeout_ms = 30000;
+
+	struct rpc_server *server;
+	char bound[256];
+	if (rpc_server_start(&server, listen_url, &podemu__coordinator__descriptor,
+	                     coordinator_handlers, &co, 8, bound, &st) != ST_OK) {
+		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+		return 1;
+	}
+	log_info("listening on %s; topology %s: %d hosts x %d cores, %lld bytes HBM per core "
+	         "(%lld usable)",
+	         bound, topo.name, topo.num_hosts, topo.cores_per_host, (long long)topo.hbm_bytes,
+	         (long long)topology_bytes_limit(&topo));
+	if (address_file != NULL && write_file_atomic(address_file, bound) != 0) {
+		log_error("cannot write %s", address_file);
+		rpc_server_stop(server);
+		return 1;
+	}
+
+	struct loop_state ls = {.base = event_base_new(), .co = &co};
+	struct event *sigint = evsignal_new(ls.base, SIGINT, on_signal, &ls);
+	struct event *sigterm = evsignal_new(ls.base, SIGTERM, on_signal, &ls);
+	struct event *lease = event_new(ls.base, -1, EV_PERSIST, on_lease_timer, &ls);
+	struct timeval tick = {0, 250000};
+	evsignal_add(sigint, NULL);
+	evsignal_add(sigterm, NULL);
+	event_add(lease, &tick);
+	event_base_dispatch(ls.base);
+
+	event_free(lease);
+	event_free(sigterm);
+	event_free(sigint);
+	event_base_free(ls.base);
+	rpc_server_stop(server);
+	registry_destroy(&co.reg);
+	log_info("stopped");
+	return 0;
+}

@@ -1,0 +1,134 @@
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "topology.h"
+
+struct temp {
+	int node;
+	int64_t size;
+	int first; /* schedule position where the value is defined */
+	int last;  /* last position that reads it */
+	int64_t offset;
+};
+
+static int temp_by_size(const void *pa, const void *pb)
+{
+	const struct temp *a = pa, *b = pb;
+	if (a->size != b->size)
+		return a->size > b->size ? -1 : 1;
+	return a->first - b->first;
+}
+
+static int64_t aligned(int64_t bytes)
+{
+	if (bytes == 0)
+		return HBM_ALIGNMENT;
+	return (bytes + HBM_ALIGNMENT - 1) / HBM_ALIGNMENT * HBM_ALIGNMENT;
+}
+
+/*
+ * Places temporaries largest first at the lowest offset where no temporary that is live at the
+ * same time sits (XLA's heap simulator does the same greedy by decreasing size).
+ */
+static int64_t place_temps(struct temp *t, int n)
+{
+	qsort(t, (size_t)n, sizeof(*t), temp_by_size);
+	int64_t high = 0;
+	for (int i = 0; i < n; i++) {
+		int64_t offset = 0;
+		/* Re-scan until the candidate overlaps nothing that is placed and live with it. */
+		for (int moved = 1; moved;) {
+			moved = 0;
+			for (int j = 0; j < i; j++) {
+				if (t[j].last < t[i].first || t[i].last < t[j].first)
+					continue;
+				if (offset < t[j].offset + t[j].size &&
+				    t[j].offset < offset + t[i].size) {
+					offset = t[j].offset + t[j].size;
+					moved = 1;
+				}
+			}
+		}
+		t[i].offset = offset;
+		if (offset + t[i].size > high)
+			high = offset + t[i].size;
+	}
+	return high;
+}
+
+int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const struct shape *shapes,
+              const uint64_t *output_handles, struct status *st)
+{
+	int n = (int)g->n_nodes;
+	memset(out, 0, sizeof(*out));
+	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *last = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *output_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	struct temp *temps = arena_calloc(a, (size_t)n + 1, sizeof(*temps));
+	out->buffers = arena_calloc(a, (size_t)n + 1, sizeof(*out->buffers));
+	if (!root || !last || !output_of || !temps || !out->buffers)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0; i < n; i++) {
+		const Podemu__Node *node = g->nodes[i];
+		enum opcode op = opcode_parse(node->opcode);
+		root[i] = i;
+		if (op == OP_GET_TUPLE_ELEMENT)
+			root[i] = root[g->nodes[node->operands[0]]->operands[node->tuple_index]];
+		last[i] = i;
+		output_of[i] = -1;
+		for (size_t k = 0; k < node->n_operands; k++) {
+			int r = root[node->operands[k]];
+			if (i > last[r])
+				last[r] = i;
+		}
+	}
+	for (size_t k = 0; k < g->n_outputs; k++) {
+		int r = root[g->outputs[k]];
+		if (opcode_parse(g->nodes[r]->opcode) == OP_PARAMETER)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "output %zu (node %d) is the parameter itself; hold its "
+			                  "device buffer instead",
+			                  k, g->outputs[k]);
+		if (output_of[r] >= 0)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "outputs %d and %zu are the same value (node %d)",
+			                  output_of[r], k, r);
+		output_of[r] = (int)k;
+	}
+	int num_temps = 0;
+	for (int i = 0; i < n; i++) {
+		const Podemu__Node *node = g->nodes[i];
+		enum opcode op = opcode_parse(node->opcode);
+		Podemu__BufferAssignment *b = arena_alloc(a, sizeof(*b));
+		if (b == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		podemu__buffer_assignment__init(b);
+		out->buffers[i] = b;
+		b->bytes = shape_bytes(&shapes[i]);
+		if (op == OP_PARAMETER) {
+			b->kind = PODEMU__BUFFER_KIND__BUFFER_PARAMETER;
+			b->handle = node->handle;
+			out->argument_bytes += aligned(b->bytes);
+		} else if (op == OP_OPT_BARRIER) {
+			b->kind = PODEMU__BUFFER_KIND__BUFFER_NONE;
+		} else if (op == OP_GET_TUPLE_ELEMENT) {
+			b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
+			b->alias_of = root[i];
+		} else if (output_of[i] >= 0) {
+			b->kind = PODEMU__BUFFER_KIND__BUFFER_OUTPUT;
+			b->handle = output_handles[output_of[i]];
+			out->output_bytes += aligned(b->bytes);
+		} else {
+			b->kind = PODEMU__BUFFER_KIND__BUFFER_TEMP;
+			temps[num_temps++] = (struct temp){
+			    .node = i, .size = aligned(b->bytes), .first = i, .last = last[i]};
+		}
+	}
+	out->temp_bytes = place_temps(temps, num_temps);
+	for (int t = 0; t < num_temps; t++)
+		out->buffers[temps[t].node]->offset = temps[t].offset;
+	return ST_OK;
+}

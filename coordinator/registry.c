@@ -1,0 +1,209 @@
+#include "registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+int64_t registry_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int registry_init(struct registry *r, const struct topology *topo, int heartbeat_timeout_ms,
+                  struct status *st)
+{
+	memset(r, 0, sizeof(*r));
+	r->topo = *topo;
+	r->hosts = calloc((size_t)topo->num_hosts, sizeof(*r->hosts));
+	if (r->hosts == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	r->next_handle = 1;
+	r->next_incarnation = (uint64_t)time(NULL) << 20;
+	r->heartbeat_timeout_ms = heartbeat_timeout_ms;
+	pthread_mutex_init(&r->lock, NULL);
+	return ST_OK;
+}
+
+void registry_destroy(struct registry *r)
+{
+	for (int i = 0; i < r->topo.num_hosts; i++)
+		rpc_client_close(r->hosts[i].client);
+	for (int i = 0; i < r->num_retired; i++)
+		rpc_client_close(r->retired[i]);
+	free(r->retired);
+	free(r->hosts);
+	free(r->handles);
+	pthread_mutex_destroy(&r->lock);
+}
+
+static bool url_ok(const char *url)
+{
+	size_t n = url ? strlen(url) : 0;
+	return n > 6 && n < URL_MAX && strstr(url, "://") != NULL;
+}
+
+int registry_register(struct registry *r, int requested, const char *control_url,
+                      const char *data_url, const char *backing, int pid, int *host_index,
+                      uint64_t *incarnation, struct status *st)
+{
+	if (!url_ok(control_url) || !url_ok(data_url))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "register: control and data URLs must be scheme://address "
+		                  "(shorter than %d bytes)",
+		                  URL_MAX);
+	if (backing == NULL || (strcmp(backing, "host") != 0 && strcmp(backing, "none") != 0))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "register: backing must be \"host\" or \"none\"");
+	pthread_mutex_lock(&r->lock);
+	int n = r->topo.num_hosts;
+	int rv = ST_OK;
+	int index = requested;
+	if (requested < -1 || requested >= n) {
+		rv = status_set(st, ST_INVALID_ARGUMENT,
+		                "register: host index %d is out of range for %s (%d hosts)",
+		                requested, r->topo.name, n);
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		if (r->hosts[i].registered && i != requested &&
+		    strcmp(r->hosts[i].backing, backing) != 0) {
+			rv = status_set(st, ST_FAILED_PRECONDITION,
+			                "register: host %d uses --backing %s; every host of a pod "
+			                "must use the same backing, not %s",
+			                i, r->hosts[i].backing, backing);
+			goto out;
+		}
+	}
+	if (index < 0) {
+		for (int i = 0; i < n && index < 0; i++)
+			if (!r->hosts[i].registered)
+				index = i;
+		if (index < 0) {
+			rv = status_set(st, ST_RESOURCE_EXHAUSTED,
+			                "register: all %d hosts of %s are registered", n,
+			                r->topo.name);
+			goto out;
+		}
+	}
+	struct host *h = &r->hosts[index];
+	struct rpc_client *client;
+	rv = rpc_client_open(&client, control_url, true, st);
+	if (rv != ST_OK)
+		goto out;
+	if (h->registered)
+		log_info("host %d re-registered (was %s, now %s)", index, h->control_url,
+		         control_url);
+	if (h->client != NULL) {
+		struct rpc_client **list =
+		    realloc(r->retired, (size_t)(r->num_retired + 1) * sizeof(*list));
+		if (list == NULL) {
+			rpc_client_close(client);
+			rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			goto out;
+		}
+		r->retired = list;
+		r->retired[r->num_retired++] = h->client;
+	}
+	h->client = client;
+	h->registered = true;
+	h->alive = true;
+	h->pid = pid;
+	h->incarnation = ++r->next_incarnation;
+	h->last_heartbeat_ms = registry_now_ms();
+	snprintf(h->control_url, sizeof(h->control_url), "%s", control_url);
+	snprintf(h->data_url, sizeof(h->data_url), "%s", data_url);
+	snprintf(h->backing, sizeof(h->backing), "%s", backing);
+	*host_index = index;
+	*incarnation = h->incarnation;
+	log_info("host %d registered: control %s, data %s, backing %s, pid %d", index, control_url,
+	         data_url, backing, pid);
+out:
+	pthread_mutex_unlock(&r->lock);
+	return rv;
+}
+
+bool registry_heartbeat(struct registry *r, int host_index, uint64_t incarnation)
+{
+	bool known = false;
+	pthread_mutex_lock(&r->lock);
+	if (host_index >= 0 && host_index < r->topo.num_hosts) {
+		struct host *h = &r->hosts[host_index];
+		if (h->registered && h->incarnation == incarnation) {
+			h->last_heartbeat_ms = registry_now_ms();
+			if (!h->alive)
+				log_info("host %d is alive again", host_index);
+			h->alive = true;
+			known = true;
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	return known;
+}
+
+void registry_expire(struct registry *r)
+{
+	int64_t now = registry_now_ms();
+	pthread_mutex_lock(&r->lock);
+	for (int i = 0; i < r->topo.num_hosts; i++) {
+		struct host *h = &r->hosts[i];
+		if (h->registered && h->alive &&
+		    now - h->last_heartbeat_ms > r->heartbeat_timeout_ms) {
+			h->alive = false;
+			log_warn("host %d missed its lease (%d ms); the pod is not ready", i,
+			         r->heartbeat_timeout_ms);
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+bool registry_ready_locked(struct registry *r, struct status *st)
+{
+	int registered = 0, alive = 0, first_missing = -1;
+	for (int i = 0; i < r->topo.num_hosts; i++) {
+		registered += r->hosts[i].registered;
+		alive += r->hosts[i].registered && r->hosts[i].alive;
+		if (first_missing < 0 && !(r->hosts[i].registered && r->hosts[i].alive))
+			first_missing = i;
+	}
+	if (alive == r->topo.num_hosts)
+		return true;
+	status_set(st, ST_FAILED_PRECONDITION,
+	           "pod %s is not ready: %d of %d hosts registered, %d alive (host %d missing)",
+	           r->topo.name, registered, r->topo.num_hosts, alive, first_missing);
+	return false;
+}
+
+struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle)
+{
+	for (int i = 0; i < r->num_handles; i++)
+		if (r->handles[i].handle == handle)
+			return &r->handles[i];
+	return NULL;
+}
+
+int registry_add_handle(struct registry *r, uint64_t handle, const struct shape *shape,
+                        struct status *st)
+{
+	if (r->num_handles == r->cap_handles) {
+		int cap = r->cap_handles ? r->cap_handles * 2 : 64;
+		struct handle_entry *e = realloc(r->handles, (size_t)cap * sizeof(*e));
+		if (e == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		r->handles = e;
+		r->cap_handles = cap;
+	}
+	r->handles[r->num_handles++] = (struct handle_entry){.handle = handle, .shape = *shape};
+	return ST_OK;
+}
+
+void registry_remove_handle(struct registry *r, uint64_t handle)
+{
+	struct handle_entry *e = registry_find_handle(r, handle);
+	if (e != NULL)
+		*e = r->handles[--r->num_handles];
+}

@@ -1,0 +1,82 @@
+/*
+ * What the coordinator knows about the pod: the topology, which agent serves which host index,
+ * and every device buffer handle with its shape. Guarded by one lock in struct registry.
+ */
+#ifndef PODEMU_REGISTRY_H
+#define PODEMU_REGISTRY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "rpc.h"
+#include "status.h"
+#include "topology.h"
+
+#define URL_MAX 256
+
+struct host {
+	bool registered;
+	char control_url[URL_MAX];
+	char data_url[URL_MAX];
+	char backing[8];
+	int pid;
+	uint64_t incarnation;
+	int64_t last_heartbeat_ms;
+	bool alive;
+	struct rpc_client *client;
+};
+
+struct handle_entry {
+	uint64_t handle;
+	struct shape shape;
+};
+
+struct registry {
+	pthread_mutex_t lock;
+	struct topology topo;
+	struct host *hosts;
+	struct handle_entry *handles;
+	int num_handles;
+	int cap_handles;
+	uint64_t next_handle;
+	uint64_t next_incarnation;
+	int heartbeat_timeout_ms;
+	/* Clients of replaced agents; a call may still be using one, so they close at the end. */
+	struct rpc_client **retired;
+	int num_retired;
+};
+
+int registry_init(struct registry *r, const struct topology *topo, int heartbeat_timeout_ms,
+                  struct status *st);
+void registry_destroy(struct registry *r);
+
+/*
+ * Registers an agent (lock taken inside). requested is a host index or -1 for the lowest free
+ * one; an index that is already registered is taken over (the agent restarted). Validates the
+ * URLs and that every host uses the same backing. On success *host_index and *incarnation are
+ * set.
+ */
+int registry_register(struct registry *r, int requested, const char *control_url,
+                      const char *data_url, const char *backing, int pid, int *host_index,
+                      uint64_t *incarnation, struct status *st);
+
+/* Records a heartbeat; returns false when the host or incarnation is unknown. */
+bool registry_heartbeat(struct registry *r, int host_index, uint64_t incarnation);
+
+/* Marks hosts whose lease expired as not alive. Lock taken inside. */
+void registry_expire(struct registry *r);
+
+/* True when every host is registered and alive; otherwise st says what is missing. Lock held. */
+bool registry_ready_locked(struct registry *r, struct status *st);
+
+/* Handle table (lock held). find returns NULL when unknown. */
+struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle);
+int registry_add_handle(struct registry *r, uint64_t handle, const struct shape *shape,
+                        struct status *st);
+void registry_remove_handle(struct registry *r, uint64_t handle);
+
+int64_t registry_now_ms(void);
+
+#endif

@@ -1,0 +1,598 @@
+#include "service.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fanout.h"
+#include "graph.h"
+#include "log.h"
+#include "plan.h"
+#include "podemu.pb-c.h"
+#include "services.h"
+
+#define MAX_GRAPH_NODES (1 << 20)
+
+/* One call to every agent (or to one) and what came back. */
+struct fan {
+	struct coordinator *co;
+	unsigned method;
+	const void *const *requests; /* per host; NULL entries are skipped */
+	struct rpc_client **clients;
+	struct arena *a;
+	void **replies;
+	struct status *sts;
+	int timeout_ms;
+};
+
+static void fan_one(int i, void *arg)
+{
+	struct fan *f = arg;
+	status_clear(&f->sts[i]);
+	if (f->requests[i] == NULL)
+		return;
+	rpc_call(f->clients[i], &podemu__agent__descriptor, f->method, f->requests[i], f->a,
+	         &f->replies[i], f->timeout_ms, &f->sts[i]);
+}
+
+/*
+ * Calls method on every host with requests[h] (NULL: skip h). Returns the first error in host
+ * order, with "host H: " before its message, or OK.
+ */
+static int fan_call(struct coordinator *co, struct rpc_client **clients, unsigned method,
+                    const void *const *requests, struct arena *a, void **replies,
+                    struct status *sts, int timeout_ms, struct status *st)
+{
+	int n = co->reg.topo.num_hosts;
+	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms};
+	fanout_run(n, fan_one, &f);
+	for (int h = 0; h < n; h++)
+		if (sts[h].code != ST_OK)
+			return status_set(st, sts[h].code, "%s", sts[h].message);
+	return ST_OK;
+}
+
+/* The same request for every host. */
+static const void **same_for_all(struct arena *a, int n, const void *request)
+{
+	const void **list = arena_calloc(a, (size_t)n, sizeof(void *));
+	for (int i = 0; list != NULL && i < n; i++)
+		list[i] = request;
+	return list;
+}
+
+/*
+ * Snapshot of the agents' clients and data URLs, taken under the lock; fails when the pod is
+ * not ready.
+ */
+static int snapshot_hosts(struct coordinator *co, struct arena *a, struct rpc_client ***clients,
+                          char ***data_urls, struct status *st)
+{
+	int n = co->reg.topo.num_hosts;
+	*clients = arena_calloc(a, (size_t)n, sizeof(**clients));
+	if (data_urls != NULL)
+		*data_urls = arena_calloc(a, (size_t)n, sizeof(**data_urls));
+	if (*clients == NULL || (data_urls != NULL && *data_urls == NULL))
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	pthread_mutex_lock(&co->reg.lock);
+	if (!registry_ready_locked(&co->reg, st)) {
+		pthread_mutex_unlock(&co->reg.lock);
+		return st->code;
+	}
+	for (int h = 0; h < n; h++) {
+		(*clients)[h] = co->reg.hosts[h].client;
+		if (data_urls != NULL)
+			(*data_urls)[h] = arena_strdup(a, co->reg.hosts[h].data_url);
+	}
+	pthread_mutex_unlock(&co->reg.lock);
+	return ST_OK;
+}
+
+static int h_register(void *state, struct arena *a, const void *request, void *reply,
+                      struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__RegisterRequest *req = request;
+	Podemu__RegisterReply *rep = reply;
+	int index;
+	uint64_t incarnation;
+	int rv = registry_register(&co->reg, req->requested_host_index, req->control_url,
+	                           req->data_url, req->backing, req->pid, &index, &incarnation, st);
+	if (rv != ST_OK)
+		return rv;
+	rep->host_index = index;
+	rep->topology = arena_strdup(a, co->reg.topo.name);
+	rep->num_hosts = co->reg.topo.num_hosts;
+	rep->cores_per_host = co->reg.topo.cores_per_host;
+	rep->hbm_bytes = co->reg.topo.hbm_bytes;
+	rep->reserved_bytes = co->reg.topo.reserved_bytes;
+	rep->incarnation = incarnation;
+	return ST_OK;
+}
+
+static int h_heartbeat(void *state, struct arena *a, const void *request, void *reply,
+                       struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__HeartbeatRequest *req = request;
+	Podemu__HeartbeatReply *rep = reply;
+	rep->known = registry_heartbeat(&co->reg, req->host_index, req->incarnation);
+	return ST_OK;
+}
+
+/* Gathers every core's statistics, in ordinal order, into *cores. */
+static int collect_memory(struct coordinator *co, struct arena *a, struct rpc_client **clients,
+                          Podemu__CoreMemory ***cores, size_t *n_cores, struct status *st)
+{
+	int n = co->reg.topo.num_hosts;
+	Podemu__MemoryStatsRequest *req = arena_alloc(a, sizeof(*req));
+	void **replies = arena_calloc(a, (size_t)n, sizeof(void *));
+	struct status *sts = arena_calloc(a, (size_t)n, sizeof(*sts));
+	const void **reqs = same_for_all(a, n, req);
+	*cores = arena_calloc(a, (size_t)topology_world_size(&co->reg.topo), sizeof(**cores));
+	if (!req || !replies || !sts || !reqs || !*cores)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	podemu__memory_stats_request__init(req);
+	req->ordinal = -1;
+	int rv = fan_call(co, clients, AM_GET_MEMORY_STATS, reqs, a, replies, sts,
+	                  co->agent_timeout_ms, st);
+	if (rv != ST_OK)
+		return rv;
+	*n_cores = 0;
+	for (int h = 0; h < n; h++) {
+		Podemu__MemoryStatsReply *r = replies[h];
+		for (size_t k = 0;
+		     k < r->n_cores && *n_cores < (size_t)topology_world_size(&co->reg.topo); k++)
+			(*cores)[(*n_cores)++] = r->cores[k];
+	}
+	return ST_OK;
+}
+
+static int h_get_status(void *state, struct arena *a, const void *request, void *reply,
+                        struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__StatusRequest *req = request;
+	Podemu__PodStatus *rep = reply;
+	const struct topology *t = &co->reg.topo;
+	rep->topology = arena_strdup(a, t->name);
+	rep->world_size = topology_world_size(t);
+	rep->num_hosts = t->num_hosts;
+	rep->cores_per_host = t->cores_per_host;
+	rep->hbm_bytes = t->hbm_bytes;
+	rep->hosts = arena_calloc(a, (size_t)t->num_hosts, sizeof(*rep->hosts));
+	if (rep->hosts == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	struct status ready_st;
+	pthread_mutex_lock(&co->reg.lock);
+	rep->ready = registry_ready_locked(&co->reg, &ready_st);
+	for (int h = 0; h < t->num_hosts; h++) {
+		const struct host *src = &co->reg.hosts[h];
+		Podemu__HostInfo *hi = arena_alloc(a, sizeof(*hi));
+		if (hi == NULL)
+			break;
+		podemu__host_info__init(hi);
+		hi->index = h;
+		hi->control_url = arena_strdup(a, src->registered ? src->control_url : "");
+		hi->data_url = arena_strdup(a, src->registered ? src->data_url : "");
+		hi->backing = arena_strdup(a, src->registered ? src->backing : "");
+		hi->pid = src->pid;
+		hi->alive = src->registered && src->alive;
+		rep->hosts[rep->n_hosts++] = hi;
+	}
+	pthread_mutex_unlock(&co->reg.lock);
+	if (req->memory && rep->ready) {
+		struct rpc_client **clients;
+		struct status mst;
+		if (snapshot_hosts(co, a, &clients, NULL, &mst) == ST_OK &&
+		    collect_memory(co, a, clients, &rep->cores, &rep->n_cores, &mst) != ST_OK)
+			log_warn("status: cannot collect memory statistics: %s", mst.message);
+	}
+	return ST_OK;
+}
+
+/* Releases handles on every agent (errors ignored: some may be gone already). */
+static void release_everywhere(struct coordinator *co, struct arena *a, struct rpc_client **clients,
+                               uint64_t *handles, size_t n, const int *skip_host)
+{
+	if (n == 0)
+		return;
+	int hosts = co->reg.topo.num_hosts;
+	Podemu__ReleaseRequest *req = arena_alloc(a, sizeof(*req));
+	const void **reqs = arena_calloc(a, (size_t)hosts, sizeof(void *));
+	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
+	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
+	if (!req || !reqs || !replies || !sts)
+		return;
+	podemu__release_request__init(req);
+	req->handles = handles;
+	req->n_handles = n;
+	for (int h = 0; h < hosts; h++)
+		reqs[h] = skip_host && skip_host[h] ? NULL : req;
+	struct status st;
+	fan_call(co, clients, AM_RELEASE, reqs, a, replies, sts, co->agent_timeout_ms, &st);
+}
+
+/* Converts inferred shapes back to the wire so agents see complete nodes. */
+static Podemu__Shape *shape_to_proto(struct arena *a, const struct shape *s)
+{
+	Podemu__Shape *p = arena_alloc(a, sizeof(*p));
+	if (p == NULL)
+		return NULL;
+	podemu__shape__init(p);
+	p->tuple = s->tuple;
+	p->dtype = (Podemu__DType)s->dtype;
+	p->n_dims = (size_t)s->rank;
+	p->dims = arena_calloc(a, (size_t)s->rank, sizeof(int64_t));
+	if (p->dims == NULL)
+		return NULL;
+	memcpy(p->dims, s->dims, (size_t)s->rank * sizeof(int64_t));
+	return p;
+}
+
+/* Compile-time check: XLA's text when the plan alone exceeds a core's HBM. */
+static int check_fits(struct coordinator *co, const struct plan *p, struct status *st)
+{
+	int64_t limit = topology_bytes_limit(&co->reg.topo);
+	int64_t used = p->argument_bytes + p->output_bytes + p->temp_bytes;
+	if (used <= limit)
+		return ST_OK;
+	char u[16], l[16], over[16], args[16], outs[16], temps[16];
+	return status_set(
+	    st, ST_RESOURCE_EXHAUSTED,
+	    "Ran out of memory in memory space hbm. Used %s of %s hbm. Exceeded hbm "
+	    "capacity by %s. (arguments %s, outputs %s, temporaries %s per core)",
+	    status_human_bytes(u, used), status_human_bytes(l, limit),
+	    status_human_bytes(over, used - limit), status_human_bytes(args, p->argument_bytes),
+	    status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes));
+}
+
+/*
+ * Checks, plans and runs one step on every host: PrepareStep everywhere (all or nothing), then
+ * RunStep everywhere. *ran tells whether agents got to run it (they then released
+ * release_after themselves).
+ */
+static int execute_locked(struct coordinator *co, struct arena *a, const Podemu__StepRequest *req,
+                          Podemu__StepReply *rep, struct rpc_client **clients, char **data_urls,
+                          bool *ran, struct status *st)
+{
+	const struct topology *t = &co->reg.topo;
+	int hosts = t->num_hosts, world = topology_world_size(t);
+	Podemu__Graph *g = req->graph;
+	*ran = false;
+	if (g == NULL || g->n_nodes == 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "step has no graph");
+	if (g->n_nodes > MAX_GRAPH_NODES)
+		return status_set(st, ST_INVALID_ARGUMENT, "graph has %zu nodes; the limit is %d",
+		                  g->n_nodes, MAX_GRAPH_NODES);
+	struct shape *shapes = arena_calloc(a, g->n_nodes, sizeof(*shapes));
+	uint64_t *out_handles = arena_calloc(a, g->n_outputs + 1, sizeof(uint64_t));
+	if (shapes == NULL || out_handles == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv = graph_check(g, world, shapes, st);
+	if (rv != ST_OK)
+		return rv;
+	pthread_mutex_lock(&co->reg.lock);
+	for (size_t i = 0; i < g->n_nodes && rv == ST_OK; i++) {
+		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)
+			continue;
+		struct handle_entry *e = registry_find_handle(&co->reg, g->nodes[i]->handle);
+		char sa[128], sb[128];
+		if (e == NULL)
+			rv = status_set(st, ST_NOT_FOUND,
+			                "parameter (node %zu): unknown device buffer %llu (never "
+			                "created, or released)",
+			                i, (unsigned long long)g->nodes[i]->handle);
+		else if (!shape_equal(&e->shape, &shapes[i]))
+			rv = status_set(st, ST_INVALID_ARGUMENT,
+			                "parameter (node %zu): buffer %llu is %s, not %s", i,
+			                (unsigned long long)e->handle,
+			                shape_format(sa, sizeof(sa), &e->shape),
+			                shape_format(sb, sizeof(sb), &shapes[i]));
+	}
+	for (size_t k = 0; k < g->n_outputs; k++)
+		out_handles[k] = co->reg.next_handle++;
+	uint64_t step_id = ++co->next_step;
+	pthread_mutex_unlock(&co->reg.lock);
+	if (rv != ST_OK)
+		return rv;
+
+	struct plan plan;
+	if ((rv = plan_step(&plan, a, g, shapes, out_handles, st)) != ST_OK)
+		return rv;
+	if ((rv = check_fits(co, &plan, st)) != ST_OK)
+		return rv;
+	for (size_t i = 0; i < g->n_nodes; i++)
+		if ((g->nodes[i]->shape = shape_to_proto(a, &shapes[i])) == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+
+	Podemu__Program *prog = arena_alloc(a, sizeof(*prog));
+	if (prog == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	podemu__program__init(prog);
+	prog->step_id = step_id;
+	prog->graph = g;
+	prog->buffers = plan.buffers;
+	prog->n_buffers = g->n_nodes;
+	prog->temp_bytes = plan.temp_bytes;
+	prog->world_size = world;
+	prog->cores_per_host = t->cores_per_host;
+	prog->peer_data_urls = data_urls;
+	prog->n_peer_data_urls = (size_t)hosts;
+	prog->chunk_bytes = co->chunk_bytes;
+	prog->collective_timeout_ms = co->collective_timeout_ms;
+
+	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
+	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
+	const void **reqs = same_for_all(a, hosts, prog);
+	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
+	if (!replies || !sts || !reqs || !failed)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	rv =
+	    fan_call(co, clients, AM_PREPARE_STEP, reqs, a, replies, sts, co->agent_timeout_ms, st);
+	if (rv != ST_OK) {
+		Podemu__AbortRequest *abort_req = arena_alloc(a, sizeof(*abort_req));
+		if (abort_req != NULL) {
+			podemu__abort_request__init(abort_req);
+			abort_req->step_id = step_id;
+			for (int h = 0; h < hosts; h++)
+				reqs[h] = sts[h].code == ST_OK ? abort_req : NULL;
+			struct status ast;
+			fan_call(co, clients, AM_ABORT_STEP, reqs, a, replies, sts,
+			         co->agent_timeout_ms, &ast);
+		}
+		return rv;
+	}
+
+	Podemu__RunRequest *run = arena_alloc(a, sizeof(*run));
+	if (run == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	podemu__run_request__init(run);
+	run->step_id = step_id;
+	run->release_after = req->release_after;
+	run->n_release_after = req->n_release_after;
+	reqs = same_for_all(a, hosts, run);
+	*ran = true;
+	rv = fan_call(co, clients, AM_RUN_STEP, reqs, a, replies, sts, co->step_timeout_ms, st);
+	if (rv != ST_OK) {
+		for (int h = 0; h < hosts; h++)
+			failed[h] = sts[h].code != ST_OK;
+		release_everywhere(co, a, clients, out_handles, g->n_outputs, failed);
+		return rv;
+	}
+	rep->step_id = step_id;
+	rep->output_handles = out_handles;
+	rep->n_output_handles = g->n_outputs;
+	rep->temp_bytes = plan.temp_bytes;
+	rep->output_bytes = plan.output_bytes;
+	rep->argument_bytes = plan.argument_bytes;
+	rep->cores = arena_calloc(a, (size_t)world, sizeof(*rep->cores));
+	if (rep->cores == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int h = 0; h < hosts; h++) {
+		Podemu__MemoryStatsReply *r = replies[h];
+		for (size_t k = 0; k < r->n_cores && rep->n_cores < (size_t)world; k++)
+			rep->cores[rep->n_cores++] = r->cores[k];
+	}
+	pthread_mutex_lock(&co->reg.lock);
+	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)
+		rv = registry_add_handle(&co->reg, out_handles[k], &shapes[g->outputs[k]], st);
+	pthread_mutex_unlock(&co->reg.lock);
+	return rv;
+}
+
+static int h_execute_step(void *state, struct arena *a, const void *request, void *reply,
+                          struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__StepRequest *req = request;
+	struct rpc_client **clients;
+	char **data_urls;
+	pthread_mutex_lock(&co->step_lock);
+	int rv = snapshot_hosts(co, a, &clients, &data_urls, st);
+	bool ready = rv == ST_OK, ran = false;
+	if (ready)
+		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, st);
+	/* What the client released is gone whether or not the step worked. */
+	if (req->n_release_after > 0) {
+		if (ready && !ran)
+			release_everywhere(co, a, clients, req->release_after, req->n_release_after,
+			                   NULL);
+		pthread_mutex_lock(&co->reg.lock);
+		for (size_t k = 0; k < req->n_release_after; k++)
+			registry_remove_handle(&co->reg, req->release_after[k]);
+		pthread_mutex_unlock(&co->reg.lock);
+	}
+	pthread_mutex_unlock(&co->step_lock);
+	if (rv != ST_OK)
+		log_info("step failed: %s: %s", status_code_name(rv), st->message);
+	return rv;
+}
+
+static int h_create_buffer(void *state, struct arena *a, const void *request, void *reply,
+                           struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__CreateBufferRequest *req = request;
+	Podemu__CreateBufferReply *rep = reply;
+	struct shape shape;
+	int rv = shape_from_proto(&shape, req->shape, st);
+	if (rv != ST_OK)
+		return status_set(st, rv, "create buffer: %s", st->message);
+	if (shape.tuple)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "create buffer: a buffer cannot be a tuple");
+	int hosts = co->reg.topo.num_hosts;
+	struct rpc_client **clients;
+	pthread_mutex_lock(&co->step_lock);
+	if ((rv = snapshot_hosts(co, a, &clients, NULL, st)) != ST_OK)
+		goto out;
+	pthread_mutex_lock(&co->reg.lock);
+	uint64_t handle = co->reg.next_handle++;
+	pthread_mutex_unlock(&co->reg.lock);
+	Podemu__CreateBufferRequest *fwd = arena_alloc(a, sizeof(*fwd));
+	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
+	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
+	const void **reqs = same_for_all(a, hosts, fwd);
+	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
+	if (!fwd || !replies || !sts || !reqs || !failed) {
+		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		goto out;
+	}
+	podemu__create_buffer_request__init(fwd);
+	fwd->shape = req->shape;
+	fwd->handle = handle;
+	rv = fan_call(co, clients, AM_CREATE_BUFFER, reqs, a, replies, sts, co->agent_timeout_ms,
+	              st);
+	if (rv != ST_OK) {
+		for (int h = 0; h < hosts; h++)
+			failed[h] = sts[h].code != ST_OK;
+		release_everywhere(co, a, clients, &handle, 1, failed);
+		goto out;
+	}
+	pthread_mutex_lock(&co->reg.lock);
+	rv = registry_add_handle(&co->reg, handle, &shape, st);
+	pthread_mutex_unlock(&co->reg.lock);
+	rep->handle = handle;
+out:
+	pthread_mutex_unlock(&co->step_lock);
+	return rv;
+}
+
+/* Finds the agent that owns ordinal and checks handle and range. */
+static int route_transfer(struct coordinator *co, uint64_t handle, int ordinal, int64_t offset,
+                          int64_t len, struct rpc_client **client, struct status *st)
+{
+	int world = topology_world_size(&co->reg.topo);
+	if (ordinal < 0 || ordinal >= world)
+		return status_set(st, ST_INVALID_ARGUMENT, "core %d is out of range [0, %d)",
+		                  ordinal, world);
+	pthread_mutex_lock(&co->reg.lock);
+	int rv = ST_OK;
+	struct handle_entry *e = registry_find_handle(&co->reg, handle);
+	struct status rst;
+	if (e == NULL) {
+		rv = status_set(st, ST_NOT_FOUND, "unknown device buffer %llu",
+		                (unsigned long long)handle);
+	} else {
+		int64_t total = shape_bytes(&e->shape);
+		if (offset < 0 || len < 0 || offset > total || len > total - offset)
+			rv = status_set(st, ST_OUT_OF_RANGE,
+			                "byte range [%lld, +%lld) is outside the %lld-byte buffer "
+			                "%llu",
+			                (long long)offset, (long long)len, (long long)total,
+			                (unsigned long long)handle);
+	}
+	if (rv == ST_OK && !registry_ready_locked(&co->reg, &rst))
+		rv = status_set(st, rst.code, "%s", rst.message);
+	if (rv == ST_OK)
+		*client = co->reg.hosts[ordinal / co->reg.topo.cores_per_host].client;
+	pthread_mutex_unlock(&co->reg.lock);
+	return rv;
+}
+
+static int h_transfer_to_device(void *state, struct arena *a, const void *request, void *reply,
+                                struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__TransferToDeviceRequest *req = request;
+	struct rpc_client *client;
+	pthread_mutex_lock(&co->step_lock);
+	int rv = route_transfer(co, req->handle, req->ordinal, req->offset, (int64_t)req->data.len,
+	                        &client, st);
+	void *ignored;
+	if (rv == ST_OK)
+		rv = rpc_call(client, &podemu__agent__descriptor, AM_TRANSFER_TO_DEVICE, req, a,
+		              &ignored, co->agent_timeout_ms, st);
+	pthread_mutex_unlock(&co->step_lock);
+	return rv;
+}
+
+static int h_transfer_from_device(void *state, struct arena *a, const void *request, void *reply,
+                                  struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__TransferFromDeviceRequest *req = request;
+	if (req->length < 0 || req->length > RPC_TRANSFER_CHUNK_BYTES)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "transfer length %lld is out of range [0, %d]",
+		                  (long long)req->length, RPC_TRANSFER_CHUNK_BYTES);
+	struct rpc_client *client;
+	pthread_mutex_lock(&co->step_lock);
+	int rv = route_transfer(co, req->handle, req->ordinal, req->offset, 0, &client, st);
+	void *got = NULL;
+	if (rv == ST_OK)
+		rv = rpc_call(client, &podemu__agent__descriptor, AM_TRANSFER_FROM_DEVICE, req, a,
+		              &got, co->agent_timeout_ms, st);
+	pthread_mutex_unlock(&co->step_lock);
+	if (rv == ST_OK)
+		*(Podemu__TransferFromDeviceReply *)reply = *(Podemu__TransferFromDeviceReply *)got;
+	return rv;
+}
+
+static int h_release(void *state, struct arena *a, const void *request, void *reply,
+                     struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__ReleaseRequest *req = request;
+	uint64_t *known = arena_calloc(a, req->n_handles + 1, sizeof(uint64_t));
+	if (known == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	size_t n_known = 0;
+	int rv = ST_OK;
+	pthread_mutex_lock(&co->step_lock);
+	pthread_mutex_lock(&co->reg.lock);
+	for (size_t k = 0; k < req->n_handles; k++) {
+		if (registry_find_handle(&co->reg, req->handles[k]) == NULL) {
+			rv = status_set(st, ST_NOT_FOUND, "unknown device buffer %llu",
+			                (unsigned long long)req->handles[k]);
+			continue;
+		}
+		registry_remove_handle(&co->reg, req->handles[k]);
+		known[n_known++] = req->handles[k];
+	}
+	pthread_mutex_unlock(&co->reg.lock);
+	struct rpc_client **clients;
+	struct status sst;
+	if (n_known > 0 && snapshot_hosts(co, a, &clients, NULL, &sst) == ST_OK)
+		release_everywhere(co, a, clients, known, n_known, NULL);
+	pthread_mutex_unlock(&co->step_lock);
+	return rv;
+}
+
+static int h_get_memory_stats(void *state, struct arena *a, const void *request, void *reply,
+                              struct status *st)
+{
+	struct coordinator *co = state;
+	const Podemu__MemoryStatsRequest *req = request;
+	Podemu__MemoryStatsReply *rep = reply;
+	int world = topology_world_size(&co->reg.topo);
+	if (req->ordinal < -1 || req->ordinal >= world)
+		return status_set(st, ST_INVALID_ARGUMENT, "core %d is out of range [0, %d)",
+		                  req->ordinal, world);
+	struct rpc_client **clients;
+	int rv = snapshot_hosts(co, a, &clients, NULL, st);
+	if (rv != ST_OK)
+		return rv;
+	if (req->ordinal < 0)
+		return collect_memory(co, a, clients, &rep->cores, &rep->n_cores, st);
+	void *got;
+	rv = rpc_call(clients[req->ordinal / co->reg.topo.cores_per_host],
+	              &podemu__agent__descriptor, AM_GET_MEMORY_STATS, req, a, &got,
+	              co->agent_timeout_ms, st);
+	if (rv == ST_OK)
+		*rep = *(Podemu__MemoryStatsReply *)got;
+	return rv;
+}
+
+const rpc_handler coordinator_handlers[CM_COUNT] = {
+    [CM_REGISTER] = h_register,
+    [CM_HEARTBEAT] = h_heartbeat,
+    [CM_GET_STATUS] = h_get_status,
+    [CM_EXECUTE_STEP] = h_execute_step,
+    [CM_CREATE_BUFFER] = h_create_buffer,
+    [CM_TRANSFER_TO_DEVICE] = h_transfer_to_device,
+    [CM_TRANSFER_FROM_DEVICE] = h_transfer_from_device,
+    [CM_RELEASE] = h_release,
+    [CM_GET_MEMORY_STATS] = h_get_memory_stats,
+};

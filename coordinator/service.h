@@ -1,0 +1,24 @@
+/* The Coordinator service: registration, status, step compilation and dispatch, buffers. */
+#ifndef PODEMU_COORD_SERVICE_H
+#define PODEMU_COORD_SERVICE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "registry.h"
+#include "rpc.h"
+
+struct coordinator {
+	struct registry reg;
+	pthread_mutex_t step_lock; /* one step or buffer operation at a time */
+	uint64_t next_step;
+	int64_t chunk_bytes;
+	int collective_timeout_ms;
+	int step_timeout_ms;
+	int agent_timeout_ms; /* for short agent calls */
+};
+
+/* Handlers indexed by enum coordinator_method, with a struct coordinator as state. */
+extern const rpc_handler coordinator_handlers[];
+
+#endif
