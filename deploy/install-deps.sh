@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what podemu needs to build and test on Debian 12, idempotently: packages already
+# present are not touched and apt is only called when something is missing.
+set -euo pipefail
+
+packages=(
+	gcc make cmake pkg-config
+	libprotobuf-c-dev protobuf-c-compiler
+	libnng-dev libevent-dev libcmocka-dev
+	# tests: JSON checks in the CLI tests, network namespaces for multi-host tests
+	python3 iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing+=("$p")
+	fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+	echo "install-deps: all ${#packages[@]} packages are installed"
+	exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+	sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

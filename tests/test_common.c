@@ -1,0 +1,118 @@
+/* Status texts, byte formatting, topologies, sizes, shapes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dtype.h"
+#include "status.h"
+#include "topology.h"
+
+static void test_human_bytes_like_xla(void **state)
+{
+	char buf[16];
+	assert_string_equal(status_human_bytes(buf, 0), "0B");
+	assert_string_equal(status_human_bytes(buf, 1023), "1023B");
+	assert_string_equal(status_human_bytes(buf, 1024), "1.00K");
+	assert_string_equal(status_human_bytes(buf, 1536), "1.50K");
+	assert_string_equal(status_human_bytes(buf, 12LL << 30), "12.00G");
+	/* 10.98G as in pytorch/xla 3510's message. */
+	assert_string_equal(status_human_bytes(buf, 11790000000LL), "10.98G");
+	assert_string_equal(status_human_bytes(buf, -2048), "-2.00K");
+}
+
+static void test_status_names(void **state)
+{
+	assert_string_equal(status_code_name(ST_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+	assert_string_equal(status_code_name(ST_UNAUTHENTICATED), "UNAUTHENTICATED");
+	assert_string_equal(status_code_name(99), "UNKNOWN");
+	struct status st;
+	assert_int_equal(status_set(&st, ST_NOT_FOUND, "handle %d", 7), ST_NOT_FOUND);
+	assert_string_equal(st.message, "handle 7");
+}
+
+static void test_presets(void **state)
+{
+	struct topology t;
+	struct status st;
+	static const struct {
+		const char *name;
+		int hosts, cores;
+		int64_t hbm;
+	} cases[] = {
+	    {"v2-8", 1, 8, 8LL << 30},     {"v3-8", 1, 8, 16LL << 30},  {"v3-32", 4, 8, 16LL << 30},
+	    {"v3-128", 16, 8, 16LL << 30}, {"v4-8", 1, 4, 32LL << 30},  {"v4-32", 4, 4, 32LL << 30},
+	    {"v5e-16", 2, 8, 16LL << 30},  {"v5p-8", 1, 4, 95LL << 30},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(topology_from_preset(&t, cases[i].name, &st), ST_OK);
+		assert_string_equal(t.name, cases[i].name);
+		assert_int_equal(t.num_hosts, cases[i].hosts);
+		assert_int_equal(t.cores_per_host, cases[i].cores);
+		assert_int_equal(t.hbm_bytes, cases[i].hbm);
+	}
+	/* v3: 16 GiB with about 530 MiB taken by the runtime, 15.48 GiB usable. */
+	topology_from_preset(&t, "v3-8", &st);
+	char buf[16];
+	assert_string_equal(status_human_bytes(buf, topology_bytes_limit(&t)), "15.48G");
+	assert_int_equal(topology_from_preset(&t, "v3-7", &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(topology_from_preset(&t, "v9-8", &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "unknown topology 'v9-8'"));
+	assert_int_equal(topology_custom(&t, 0, 8, 1LL << 30, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(topology_custom(&t, 3, 2, 1LL << 30, &st), ST_OK);
+	assert_int_equal(topology_world_size(&t), 6);
+}
+
+static void test_parse_size(void **state)
+{
+	int64_t v;
+	struct status st;
+	assert_int_equal(parse_size(&v, "4096", &st), ST_OK);
+	assert_int_equal(v, 4096);
+	assert_int_equal(parse_size(&v, "16G", &st), ST_OK);
+	assert_int_equal(v, 16LL << 30);
+	assert_int_equal(parse_size(&v, "1.5GiB", &st), ST_OK);
+	assert_int_equal(v, 3LL << 29);
+	assert_int_equal(parse_size(&v, "64MB", &st), ST_OK);
+	assert_int_equal(v, 64LL << 20);
+	assert_int_equal(parse_size(&v, "-1", &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(parse_size(&v, "12Q", &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(parse_size(&v, "99999999999T", &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(parse_size(&v, "", &st), ST_INVALID_ARGUMENT);
+}
+
+static void test_shapes(void **state)
+{
+	struct shape s;
+	struct status st;
+	int64_t dims[] = {1024, 128};
+	assert_int_equal(shape_make(&s, DT_F32, dims, 2, &st), ST_OK);
+	assert_int_equal(shape_bytes(&s), 1024 * 128 * 4);
+	char buf[64];
+	assert_string_equal(shape_format(buf, sizeof(buf), &s), "f32[1024,128]");
+	int64_t huge[] = {1LL << 40, 1LL << 40};
+	assert_int_equal(shape_make(&s, DT_F32, huge, 2, &st), ST_INVALID_ARGUMENT);
+	int64_t neg[] = {-1};
+	assert_int_equal(shape_make(&s, DT_F32, neg, 1, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(shape_make(&s, 99, dims, 2, &st), ST_INVALID_ARGUMENT);
+	/* dims may alias the output. */
+	assert_int_equal(shape_make(&s, DT_BF16, s.dims, s.rank, &st), ST_OK);
+	assert_int_equal(shape_bytes(&s), 1024 * 128 * 2);
+	assert_int_equal(dtype_parse("bf16"), DT_BF16);
+	assert_int_equal(dtype_parse("f64"), DT_INVALID);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_human_bytes_like_xla),
+	    cmocka_unit_test(test_status_names),
+	    cmocka_unit_test(test_presets),
+	    cmocka_unit_test(test_parse_size),
+	    cmocka_unit_test(test_shapes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

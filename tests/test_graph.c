@@ -1,0 +1,199 @@
+/* Shape inference and graph validation, with XLA's error texts. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "graph.h"
+#include "graph_builder.h"
+
+static struct shape shapes[256];
+
+static int check(struct gb *b, int world, struct status *st)
+{
+	return graph_check(&b->g, world, shapes, st);
+}
+
+static void test_elementwise_chain(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {4, 128};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 2);
+	gb_node(&b, "iota", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 2);
+	int64_t one = 1;
+	gb_dims(&b, b.nodes[1], &one, 1);
+	gb_node(&b, "add", 0, 1, -1);
+	gb_node(&b, "maximum", 2, 0, -1);
+	Podemu__Node *cv = gb_node(&b, "convert", 3, -1, -1);
+	cv->shape = gb_shape(&b, DT_BF16, NULL, 0);
+	struct status st;
+	assert_int_equal(check(&b, 8, &st), ST_OK);
+	char buf[64];
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[3]), "f32[4,128]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[4]), "bf16[4,128]");
+	arena_free(b.a);
+}
+
+static void test_binary_mismatch_reads_like_xla(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d4[] = {4}, d8[] = {8};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d4, 1);
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d8, 1);
+	gb_node(&b, "add", 0, 1, -1);
+	struct status st;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(
+	    st.message, "add (node 2): Binary op add with incompatible shapes: f32[4] and f32[8].");
+	arena_free(b.a);
+}
+
+static void test_all_gather_shapes(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {3, 5};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_S32, d, 2);
+	int64_t dim1 = 1, dim0 = 0, dim2 = 2;
+	gb_dims(&b, gb_node(&b, "all-gather", 0, -1, -1), &dim1, 1);
+	gb_dims(&b, gb_node(&b, "all-gather", 0, -1, -1), &dim0, 1);
+	struct status st;
+	assert_int_equal(check(&b, 6, &st), ST_OK);
+	assert_int_equal(shapes[1].dims[0], 3);
+	assert_int_equal(shapes[1].dims[1], 30);
+	assert_int_equal(shapes[2].dims[0], 18);
+	gb_dims(&b, gb_node(&b, "all-gather", 0, -1, -1), &dim2, 1);
+	assert_int_equal(check(&b, 6, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "all_gather_dimension"));
+	arena_free(b.a);
+}
+
+static void test_structural_ops(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {4, 6};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 2);
+	Podemu__Node *pad = gb_node(&b, "pad", 0, -1, -1);
+	int64_t lo[] = {1, -1}, hi[] = {0, 2}, in[] = {1, 0};
+	pad->pad_low = gb_ints(&b, lo, 2);
+	pad->pad_high = gb_ints(&b, hi, 2);
+	pad->pad_interior = gb_ints(&b, in, 2);
+	pad->n_pad_low = pad->n_pad_high = pad->n_pad_interior = 2;
+	Podemu__Node *sl = gb_node(&b, "slice", 0, -1, -1);
+	int64_t s0[] = {1, 0}, l0[] = {4, 6}, st0[] = {2, 4};
+	sl->starts = gb_ints(&b, s0, 2);
+	sl->limits = gb_ints(&b, l0, 2);
+	sl->strides = gb_ints(&b, st0, 2);
+	sl->n_starts = sl->n_limits = sl->n_strides = 2;
+	int64_t c1 = 1;
+	gb_dims(&b, gb_node(&b, "concatenate", 0, 0, -1), &c1, 1);
+	int64_t r[] = {24};
+	gb_dims(&b, gb_node(&b, "reshape", 0, -1, -1), r, 1);
+	int64_t red[] = {1};
+	gb_dims(&b, gb_node(&b, "reduce", 0, -1, -1), red, 1);
+	struct status st;
+	assert_int_equal(check(&b, 1, &st), ST_OK);
+	char buf[64];
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[1]), "f32[8,7]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[2]), "f32[2,2]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[3]), "f32[4,12]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[4]), "f32[24]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[5]), "f32[4]");
+	int64_t bad[] = {25};
+	gb_dims(&b, gb_node(&b, "reshape", 0, -1, -1), bad, 1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message,
+	                    "reshape (node 6): Reshape operation has mismatched element counts: "
+	                    "from=24 (f32[4,6]) to=25 (f32[25]).");
+	arena_free(b.a);
+}
+
+static void test_barrier_and_tuple_elements(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {2};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1);
+	int64_t d3[] = {3};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_S32, d3, 1);
+	gb_node(&b, "opt-barrier", 0, 1, -1);
+	gb_node(&b, "get-tuple-element", 2, -1, -1)->tuple_index = 1;
+	struct status st;
+	assert_int_equal(check(&b, 1, &st), ST_OK);
+	assert_true(shapes[2].tuple);
+	assert_int_equal(shapes[3].dtype, DT_S32);
+	/* A tuple cannot feed an ordinary op. */
+	gb_node(&b, "add", 2, 2, -1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "is a tuple"));
+	arena_free(b.a);
+}
+
+static void test_bad_graphs(void **state)
+{
+	struct gb b;
+	struct status st;
+	gb_init(&b);
+	int64_t d[] = {2};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1);
+	gb_node(&b, "add", 0, 5, -1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "not an earlier node"));
+	arena_free(b.a);
+
+	gb_init(&b);
+	gb_node(&b, "frobnicate", -1, -1, -1);
+	assert_int_equal(check(&b, 1, &st), ST_UNIMPLEMENTED);
+	assert_non_null(strstr(st.message, "unknown opcode 'frobnicate'"));
+	arena_free(b.a);
+
+	gb_init(&b);
+	int64_t neg[] = {-4};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, neg, 1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	arena_free(b.a);
+
+	gb_init(&b);
+	Podemu__Node *c = gb_node(&b, "constant", -1, -1, -1);
+	c->shape = gb_shape(&b, DT_U8, d, 1);
+	c->value = 300;
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "not a valid u8"));
+	arena_free(b.a);
+
+	gb_init(&b);
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1);
+	int32_t outs[] = {0, 0};
+	gb_outputs(&b, outs, 2);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "output twice"));
+	int32_t out_of_range[] = {3};
+	gb_outputs(&b, out_of_range, 1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	arena_free(b.a);
+
+	gb_init(&b);
+	gb_node(&b, "parameter", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "no buffer handle"));
+	arena_free(b.a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_elementwise_chain),
+	    cmocka_unit_test(test_binary_mismatch_reads_like_xla),
+	    cmocka_unit_test(test_all_gather_shapes),
+	    cmocka_unit_test(test_structural_ops),
+	    cmocka_unit_test(test_barrier_and_tuple_elements),
+	    cmocka_unit_test(test_bad_graphs),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

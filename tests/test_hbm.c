@@ -1,0 +1,158 @@
+/* HBM heap: placement, reservation, XLA error texts, statistics, backing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hbm.h"
+
+#define MiB ((int64_t)1 << 20)
+#define GiB ((int64_t)1 << 30)
+
+static void test_buffers_fill_from_top_best_fit(void **state)
+{
+	struct hbm h;
+	struct status st;
+	assert_int_equal(hbm_init(&h, 100 * MiB, false, &st), ST_OK);
+	int64_t a, b, c, d;
+	assert_int_equal(hbm_alloc(&h, 10 * MiB, &a, &st), ST_OK);
+	assert_int_equal(a, 90 * MiB);
+	assert_int_equal(hbm_alloc(&h, 20 * MiB, &b, &st), ST_OK);
+	assert_int_equal(b, 70 * MiB);
+	assert_int_equal(hbm_alloc(&h, 5 * MiB, &c, &st), ST_OK);
+	assert_int_equal(c, 65 * MiB);
+	/* Free the 20 MiB in the middle: a 3 MiB buffer goes into that hole (best fit over the
+	 * 65 MiB below), at its top. */
+	assert_int_equal(hbm_free(&h, b), ST_OK);
+	assert_int_equal(hbm_alloc(&h, 3 * MiB, &d, &st), ST_OK);
+	assert_int_equal(d, 87 * MiB);
+	assert_int_equal(hbm_free(&h, 12345), ST_NOT_FOUND);
+	hbm_destroy(&h);
+}
+
+static void test_sizes_are_aligned(void **state)
+{
+	struct hbm h;
+	struct status st;
+	hbm_init(&h, 1 * MiB, false, &st);
+	int64_t a;
+	assert_int_equal(hbm_alloc(&h, 1, &a, &st), ST_OK);
+	assert_int_equal(a, 1 * MiB - HBM_ALIGNMENT);
+	struct hbm_stats s;
+	hbm_get_stats(&h, &s);
+	assert_int_equal(s.bytes_in_use, HBM_ALIGNMENT);
+	hbm_destroy(&h);
+}
+
+static void test_allocation_failure_text(void **state)
+{
+	struct hbm h;
+	struct status st;
+	hbm_init(&h, 16 * GiB, false, &st);
+	int64_t a;
+	assert_int_equal(hbm_alloc(&h, 12 * GiB, &a, &st), ST_OK);
+	assert_int_equal(hbm_alloc(&h, 5 * GiB, &a, &st), ST_RESOURCE_EXHAUSTED);
+	assert_string_equal(st.message, "Error allocating device buffer: Attempting to allocate "
+	                                "5.00G. That was not possible. There are 4.00G free.");
+	struct hbm_stats s;
+	hbm_get_stats(&h, &s);
+	assert_int_equal(s.bytes_in_use, 12 * GiB);
+	assert_int_equal(s.num_allocs, 1);
+	hbm_destroy(&h);
+}
+
+/*
+ * The failure of pytorch/xla 3510: enough bytes are free, but not below the lowest device
+ * buffer, so the program's reservation at the bottom fails.
+ */
+static void test_reservation_fails_when_fragmented(void **state)
+{
+	struct hbm h;
+	struct status st;
+	hbm_init(&h, 16 * GiB, false, &st);
+	int64_t top, low, mid;
+	assert_int_equal(hbm_alloc(&h, 4 * GiB, &top, &st), ST_OK); /* [12G, 16G) */
+	assert_int_equal(hbm_alloc(&h, 4 * GiB, &mid, &st), ST_OK); /* [8G, 12G) */
+	assert_int_equal(hbm_alloc(&h, 6 * GiB, &low, &st), ST_OK); /* [2G, 8G) */
+	assert_int_equal(hbm_free(&h, mid), ST_OK);                 /* 6G free: 2G + 4G */
+	assert_int_equal(hbm_reserve_bottom(&h, 3 * GiB, &st), ST_RESOURCE_EXHAUSTED);
+	assert_string_equal(st.message, "Attempting to reserve 3.00G at the bottom of memory. That "
+	                                "was not possible. There are 6.00G free, 0B reserved, and "
+	                                "2.00G reservable.");
+	assert_int_equal(hbm_reserve_bottom(&h, 2 * GiB, &st), ST_OK);
+	struct hbm_stats s;
+	hbm_get_stats(&h, &s);
+	assert_int_equal(s.bytes_reserved, 2 * GiB);
+	assert_int_equal(s.bytes_in_use, 12 * GiB);
+	assert_int_equal(s.peak_bytes_in_use, 14 * GiB);
+	assert_int_equal(s.bytes_reservable_limit, 2 * GiB);
+	/* A second reservation while one is held is a program bug, not a memory shortage. */
+	assert_int_equal(hbm_reserve_bottom(&h, 1 * MiB, &st), ST_FAILED_PRECONDITION);
+	/* Device buffers never go into the reserved region. */
+	int64_t x;
+	assert_int_equal(hbm_alloc(&h, 5 * GiB, &x, &st), ST_RESOURCE_EXHAUSTED);
+	hbm_release_reservation(&h);
+	hbm_get_stats(&h, &s);
+	assert_int_equal(s.bytes_reserved, 0);
+	assert_int_equal(s.peak_bytes_reserved, 2 * GiB);
+	hbm_destroy(&h);
+}
+
+static void test_statistics(void **state)
+{
+	struct hbm h;
+	struct status st;
+	hbm_init(&h, 64 * MiB, false, &st);
+	int64_t a, b;
+	hbm_alloc(&h, 8 * MiB, &a, &st);
+	hbm_alloc(&h, 16 * MiB, &b, &st);
+	hbm_free(&h, a);
+	struct hbm_stats s;
+	hbm_get_stats(&h, &s);
+	assert_int_equal(s.bytes_in_use, 16 * MiB);
+	assert_int_equal(s.peak_bytes_in_use, 24 * MiB);
+	assert_int_equal(s.bytes_limit, 64 * MiB);
+	assert_int_equal(s.num_allocs, 2);
+	assert_int_equal(s.largest_alloc_size, 16 * MiB);
+	assert_int_equal(s.bytes_reservable_limit, 40 * MiB);
+	assert_int_equal(s.largest_free_block_bytes, 40 * MiB);
+	hbm_destroy(&h);
+}
+
+static void test_backing_holds_bytes(void **state)
+{
+	struct hbm h;
+	struct status st;
+	assert_int_equal(hbm_init(&h, 64 * MiB, true, &st), ST_OK);
+	int64_t a;
+	hbm_alloc(&h, 4 * MiB, &a, &st);
+	unsigned char *p = hbm_ptr(&h, a);
+	assert_non_null(p);
+	memset(p, 0xab, 4 * MiB);
+	assert_int_equal(p[4 * MiB - 1], 0xab);
+	hbm_free(&h, a);
+	/* Freed pages go back to the system: the bytes read as zero again. */
+	assert_int_equal(p[12345], 0);
+	hbm_destroy(&h);
+
+	assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);
+	hbm_alloc(&h, 4 * MiB, &a, &st);
+	assert_null(hbm_ptr(&h, a));
+	hbm_destroy(&h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_buffers_fill_from_top_best_fit),
+	    cmocka_unit_test(test_sizes_are_aligned),
+	    cmocka_unit_test(test_allocation_failure_text),
+	    cmocka_unit_test(test_reservation_fails_when_fragmented),
+	    cmocka_unit_test(test_statistics),
+	    cmocka_unit_test(test_backing_holds_bytes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

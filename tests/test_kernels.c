@@ -1,0 +1,154 @@
+/* Reference kernels against values computed by hand. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "graph_builder.h"
+#include "kernels.h"
+
+static struct shape mk(int dtype, int64_t d0, int64_t d1, int rank)
+{
+	struct shape s;
+	struct status st;
+	int64_t d[] = {d0, d1};
+	shape_make(&s, dtype, d, rank, &st);
+	return s;
+}
+
+static int run(enum opcode op, const Podemu__Node *n, const struct shape *out_shape, void *out,
+               const struct shape *a_shape, const void *a, const struct shape *b_shape,
+               const void *b)
+{
+	struct kernel_call k = {.op = op, .node = n, .out_shape = out_shape, .out = out};
+	if (a_shape) {
+		k.in_shapes[k.num_in] = a_shape;
+		k.in[k.num_in++] = a;
+	}
+	if (b_shape) {
+		k.in_shapes[k.num_in] = b_shape;
+		k.in[k.num_in++] = b;
+	}
+	struct status st;
+	return kernel_run(&k, &st);
+}
+
+static void test_elementwise(void **state)
+{
+	Podemu__Node n = PODEMU__NODE__INIT;
+	struct shape s = mk(DT_F32, 4, 0, 1);
+	float a[] = {1, -2, 3.5f, NAN}, b[] = {2, 2, -1, 0}, o[4];
+	run(OP_ADD, &n, &s, o, &s, a, &s, b);
+	assert_true(o[0] == 3 && o[1] == 0 && o[2] == 2.5f && isnan(o[3]));
+	run(OP_MAXIMUM, &n, &s, o, &s, a, &s, b);
+	assert_true(o[0] == 2 && o[1] == 2 && o[2] == 3.5f && isnan(o[3]));
+	run(OP_MINIMUM, &n, &s, o, &s, a, &s, b);
+	assert_true(o[0] == 1 && o[1] == -2 && o[2] == -1);
+	run(OP_MULTIPLY, &n, &s, o, &s, a, &s, b);
+	assert_true(o[0] == 2 && o[1] == -4 && o[2] == -3.5f);
+	struct shape si = mk(DT_S32, 2, 0, 1);
+	int32_t x[] = {INT32_MAX, -5}, y[] = {1, 7}, z[2];
+	run(OP_ADD, &n, &si, z, &si, x, &si, y);
+	assert_int_equal(z[0], INT32_MIN); /* wraps like the hardware */
+	assert_int_equal(z[1], 2);
+	run(OP_SUBTRACT, &n, &si, z, &si, x, &si, y);
+	assert_int_equal(z[1], -12);
+}
+
+static void test_convert_and_bf16(void **state)
+{
+	assert_int_equal(kernel_f32_to_bf16(1.0f), 0x3f80);
+	/* 1 + 2^-8 lies halfway between two bf16 values: rounds to even (1.0). */
+	assert_int_equal(kernel_f32_to_bf16(1.00390625f), 0x3f80);
+	assert_true(kernel_bf16_to_f32(0x4049) > 3.14f && kernel_bf16_to_f32(0x4049) < 3.15f);
+	Podemu__Node n = PODEMU__NODE__INIT;
+	struct shape f = mk(DT_F32, 3, 0, 1), s = mk(DT_S32, 3, 0, 1), u = mk(DT_U8, 3, 0, 1);
+	float a[] = {-3.7f, 1e10f, NAN};
+	int32_t out[3];
+	run(OP_CONVERT, &n, &s, out, &f, a, NULL, NULL);
+	assert_int_equal(out[0], -3);
+	assert_int_equal(out[1], INT32_MAX);
+	assert_int_equal(out[2], 0);
+	uint8_t b[3];
+	run(OP_CONVERT, &n, &u, b, &f, a, NULL, NULL);
+	assert_int_equal(b[0], 0);
+	assert_int_equal(b[1], 255);
+}
+
+static void test_fill_iota_pad_slice_concat_reduce(void **state)
+{
+	Podemu__Node n = PODEMU__NODE__INIT;
+	struct shape s23 = mk(DT_F32, 2, 3, 2);
+	float c[6];
+	n.value = 2.5;
+	run(OP_CONSTANT, &n, &s23, c, NULL, NULL, NULL, NULL);
+	for (int i = 0; i < 6; i++)
+		assert_true(c[i] == 2.5f);
+
+	int64_t dim1 = 1;
+	n.dimensions = &dim1;
+	n.n_dimensions = 1;
+	float io[6];
+	run(OP_IOTA, &n, &s23, io, NULL, NULL, NULL, NULL);
+	float want_iota[] = {0, 1, 2, 0, 1, 2};
+	assert_memory_equal(io, want_iota, sizeof(io));
+
+	/* pad [2,3] -> low (0,1) high (1,0) interior (1,0) with -1: [4,4] */
+	Podemu__Node p = PODEMU__NODE__INIT;
+	int64_t lo[] = {0, 1}, hi[] = {1, 0}, in[] = {1, 0};
+	p.pad_low = lo, p.pad_high = hi, p.pad_interior = in;
+	p.n_pad_low = p.n_pad_high = p.n_pad_interior = 2;
+	p.value = -1;
+	struct shape s44 = mk(DT_F32, 4, 4, 2);
+	float padded[16];
+	run(OP_PAD, &p, &s44, padded, &s23, io, NULL, NULL);
+	float want_pad[] = {-1, 0, 1, 2, -1, -1, -1, -1, -1, 0, 1, 2, -1, -1, -1, -1};
+	assert_memory_equal(padded, want_pad, sizeof(padded));
+
+	/* slice [4,4][1:4:2, 1:4:2] -> [2,2] */
+	Podemu__Node sl = PODEMU__NODE__INIT;
+	int64_t st0[] = {1, 1}, li[] = {4, 4}, str[] = {2, 2};
+	sl.starts = st0, sl.limits = li, sl.strides = str;
+	sl.n_starts = sl.n_limits = sl.n_strides = 2;
+	struct shape s22 = mk(DT_F32, 2, 2, 2);
+	float sliced[4];
+	run(OP_SLICE, &sl, &s22, sliced, &s44, padded, NULL, NULL);
+	float want_slice[] = {-1, -1, -1, -1};
+	assert_memory_equal(sliced, want_slice, sizeof(sliced));
+
+	/* concatenate [2,3] and [2,3] along 1 -> [2,6] */
+	Podemu__Node cc = PODEMU__NODE__INIT;
+	cc.dimensions = &dim1;
+	cc.n_dimensions = 1;
+	struct shape s26 = mk(DT_F32, 2, 6, 2);
+	float cat[12];
+	run(OP_CONCATENATE, &cc, &s26, cat, &s23, io, &s23, c);
+	float want_cat[] = {0, 1, 2, 2.5f, 2.5f, 2.5f, 0, 1, 2, 2.5f, 2.5f, 2.5f};
+	assert_memory_equal(cat, want_cat, sizeof(cat));
+
+	/* reduce-sum of [2,6] over dim 1 -> [2] */
+	Podemu__Node r = PODEMU__NODE__INIT;
+	r.dimensions = &dim1;
+	r.n_dimensions = 1;
+	struct shape s2 = mk(DT_F32, 2, 0, 1);
+	float sums[2];
+	run(OP_REDUCE, &r, &s2, sums, &s26, cat, NULL, NULL);
+	assert_true(sums[0] == 10.5f && sums[1] == 10.5f);
+	r.reducer = "max";
+	run(OP_REDUCE, &r, &s2, sums, &s26, cat, NULL, NULL);
+	assert_true(sums[0] == 2.5f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_elementwise),
+	    cmocka_unit_test(test_convert_and_bf16),
+	    cmocka_unit_test(test_fill_iota_pad_slice_concat_reduce),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

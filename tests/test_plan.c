@@ -1,0 +1,129 @@
+/* Buffer planning: kinds, liveness sharing of temporaries, barriers, outputs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "graph.h"
+#include "graph_builder.h"
+#include "plan.h"
+
+#define KIND(p, i) ((p).buffers[i]->kind)
+
+static struct shape shapes[256];
+
+static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {1024};                                                    /* 4 KiB each */
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1); /* 0 temp */
+	gb_node(&b, "add", 0, 0, -1);                                            /* 1 temp */
+	gb_node(&b, "add", 1, 1, -1);                                            /* 2 temp */
+	gb_node(&b, "add", 2, 2, -1);                                            /* 3 out */
+	int32_t outs[] = {3};
+	gb_outputs(&b, outs, 1);
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	struct plan p;
+	uint64_t handles[] = {77};
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, &st), ST_OK);
+	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_TEMP);
+	assert_int_equal(KIND(p, 3), PODEMU__BUFFER_KIND__BUFFER_OUTPUT);
+	assert_int_equal(p.buffers[3]->handle, 77);
+	/* 0 dies at 1, 1 dies at 2: at most two temporaries are live at once. */
+	assert_int_equal(p.temp_bytes, 2 * 4096);
+	assert_int_equal(p.output_bytes, 4096);
+	assert_int_not_equal(p.buffers[1]->offset, p.buffers[0]->offset);
+	assert_int_not_equal(p.buffers[2]->offset, p.buffers[1]->offset);
+	assert_int_equal(p.buffers[2]->offset, p.buffers[0]->offset);
+	arena_free(b.a);
+}
+
+static void test_parameters_barriers_and_aliases(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {64};
+	Podemu__Node *param = gb_node(&b, "parameter", -1, -1, -1);
+	param->shape = gb_shape(&b, DT_F32, d, 1);
+	param->handle = 5;
+	gb_node(&b, "add", 0, 0, -1);                /* 1 */
+	gb_node(&b, "opt-barrier", 1, -1, -1);       /* 2 */
+	gb_node(&b, "get-tuple-element", 2, -1, -1); /* 3 = value of 1 */
+	int32_t outs[] = {3};
+	gb_outputs(&b, outs, 1);
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	struct plan p;
+	uint64_t handles[] = {9};
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, &st), ST_OK);
+	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_PARAMETER);
+	assert_int_equal(p.buffers[0]->handle, 5);
+	/* Holding the barrier's output holds the value it passes through. */
+	assert_int_equal(KIND(p, 1), PODEMU__BUFFER_KIND__BUFFER_OUTPUT);
+	assert_int_equal(p.buffers[1]->handle, 9);
+	assert_int_equal(KIND(p, 2), PODEMU__BUFFER_KIND__BUFFER_NONE);
+	assert_int_equal(KIND(p, 3), PODEMU__BUFFER_KIND__BUFFER_ALIAS);
+	assert_int_equal(p.buffers[3]->alias_of, 1);
+	assert_int_equal(p.temp_bytes, 0);
+	assert_int_equal(p.argument_bytes, 256);
+	arena_free(b.a);
+}
+
+static void test_outputs_that_are_parameters_are_refused(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {64};
+	Podemu__Node *param = gb_node(&b, "parameter", -1, -1, -1);
+	param->shape = gb_shape(&b, DT_F32, d, 1);
+	param->handle = 5;
+	int32_t outs[] = {0};
+	gb_outputs(&b, outs, 1);
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	struct plan p;
+	uint64_t handles[] = {9};
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "is the parameter itself"));
+	arena_free(b.a);
+}
+
+static void test_all_gather_output_is_the_only_extra_memory(void **state)
+{
+	/* The seed: a held all-gather of a device buffer needs its output and nothing else. */
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {134217728};
+	Podemu__Node *param = gb_node(&b, "parameter", -1, -1, -1);
+	param->shape = gb_shape(&b, DT_F32, d, 1);
+	param->handle = 1;
+	int64_t dim0 = 0;
+	gb_dims(&b, gb_node(&b, "all-gather", 0, -1, -1), &dim0, 1);
+	int32_t outs[] = {1};
+	gb_outputs(&b, outs, 1);
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 8, shapes, &st), ST_OK);
+	struct plan p;
+	uint64_t handles[] = {2};
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, &st), ST_OK);
+	assert_int_equal(p.temp_bytes, 0);
+	assert_int_equal(p.output_bytes, 4LL << 30);
+	assert_int_equal(p.argument_bytes, 512LL << 20);
+	arena_free(b.a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_temporaries_share_bytes_when_lifetimes_do_not_overlap),
+	    cmocka_unit_test(test_parameters_barriers_and_aliases),
+	    cmocka_unit_test(test_outputs_that_are_parameters_are_refused),
+	    cmocka_unit_test(test_all_gather_output_is_the_only_extra_memory),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
