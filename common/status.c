@@ -33,11 +33,14 @@ const char *status_code_name(int code)
 int status_set(struct status *st, int code, const char *fmt, ...)
 {
 	if (st != NULL) {
+		/* The arguments may include st->message itself (adding context to an error). */
+		char text[STATUS_MESSAGE_MAX];
 		va_list ap;
-		st->code = code;
 		va_start(ap, fmt);
-		vsnprintf(st->message, sizeof(st->message), fmt, ap);
+		vsnprintf(text, sizeof(text), fmt, ap);
 		va_end(ap);
+		st->code = code;
+		memcpy(st->message, text, sizeof(text));
 	}
 	return code;
 }

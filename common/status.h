@@ -39,7 +39,10 @@ struct status {
 /* Returns the absl name of a code ("RESOURCE_EXHAUSTED"), or "UNKNOWN" for an unknown value. */
 const char *status_code_name(int code);
 
-/* Sets st (when not NULL) to code and a printf-style message; returns code. */
+/*
+ * Sets st (when not NULL) to code and a printf-style message; returns code. The arguments may
+ * include st->message, to add context to an error.
+ */
 int status_set(struct status *st, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

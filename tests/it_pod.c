@@ -1,0 +1,301 @@
+/*
+ * End to end on a real pod (2 hosts x 2 cores, 64 MiB per core, real bytes): op values against
+ * host computations, all-gather across agents, exact memory accounting, and errors that leave
+ * the pod working.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "pod_fixture.h"
+
+#define MiB ((int64_t)1 << 20)
+#define WORLD 4
+
+static int setup(void **state)
+{
+	pe_client *c = pod_start("--hosts 2 --cores-per-host 2 --hbm 64M --backing host");
+	if (c == NULL)
+		return -1;
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	pe_disconnect(*state);
+	pod_stop();
+	return 0;
+}
+
+static void test_ops_match_host(void **state)
+{
+	pe_client *c = *state;
+	int64_t d[] = {2, 3};
+	pe_tensor *io = pe_iota(c, PE_F32, d, 2, 1);           /* [[0,1,2],[0,1,2]] */
+	pe_tensor *rid = pe_convert(pe_replica_id(c), PE_F32); /* r */
+	int64_t one[] = {1, 1};
+	pe_tensor *rid2 = pe_reshape(rid, one, 2);
+	int64_t lo[] = {0, 0}, hi[] = {1, 2};
+	pe_tensor *rpad = pe_pad(rid2, lo, hi, NULL, 0); /* [[r,0,0],[0,0,0]] */
+	pe_tensor *sum = pe_add(io, rpad);
+	pe_tensor *prod = pe_multiply(sum, pe_full(c, PE_F32, d, 2, 2.0));
+	int64_t s0[] = {0, 1}, l0[] = {2, 3};
+	pe_tensor *sl = pe_slice(prod, s0, l0, NULL); /* [[2,4],[2,4]] */
+	pe_tensor *parts[] = {prod, sl};
+	pe_tensor *cat = pe_concatenate(parts, 2, 1); /* [2,5] */
+	int64_t red[] = {1};
+	pe_tensor *rows = pe_reduce_sum(cat, red, 1);
+	assert_non_null(rows);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	for (int r = 0; r < WORLD; r++) {
+		float got_cat[10], got_rows[2];
+		assert_int_equal(pe_fetch(cat, r, got_cat, sizeof(got_cat)), PE_OK);
+		assert_int_equal(pe_fetch(rows, r, got_rows, sizeof(got_rows)), PE_OK);
+		float want_cat[10] = {2.0f * r, 2, 4, 2, 4, 0, 2, 4, 2, 4};
+		assert_memory_equal(got_cat, want_cat, sizeof(want_cat));
+		assert_true(got_rows[0] == 2.0f * r + 12 && got_rows[1] == 12);
+	}
+	pe_tensor *all[] = {io, rid, rid2, rpad, sum, prod, sl, cat, rows};
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		pe_release(all[i]);
+}
+
+static void test_all_gather_moves_real_bytes_across_agents(void **state)
+{
+	pe_client *c = *state;
+	/* Core r holds [3, 5] with values r*1000 + i; gather along dim 1 and dim 0. */
+	static float data[WORLD][15];
+	const void *per_core[WORLD];
+	for (int r = 0; r < WORLD; r++) {
+		for (int i = 0; i < 15; i++)
+			data[r][i] = (float)(r * 1000 + i);
+		per_core[r] = data[r];
+	}
+	int64_t d[] = {3, 5};
+	pe_tensor *x = pe_upload(c, PE_F32, d, 2, per_core);
+	assert_non_null(x);
+	pe_tensor *g1 = pe_all_gather(x, 1);
+	pe_tensor *g0 = pe_all_gather(x, 0);
+	assert_non_null(g1);
+	assert_non_null(g0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	int64_t dims[PE_MAX_RANK];
+	int rank;
+	pe_tensor_shape(g1, NULL, dims, &rank);
+	assert_int_equal(rank, 2);
+	assert_int_equal(dims[0], 3);
+	assert_int_equal(dims[1], 5 * WORLD);
+	for (int r = 0; r < WORLD; r++) {
+		float got1[3 * 5 * WORLD], got0[3 * 5 * WORLD];
+		assert_int_equal(pe_fetch(g1, r, got1, sizeof(got1)), PE_OK);
+		assert_int_equal(pe_fetch(g0, r, got0, sizeof(got0)), PE_OK);
+		for (int row = 0; row < 3; row++)
+			for (int src = 0; src < WORLD; src++)
+				for (int col = 0; col < 5; col++)
+					assert_true(got1[row * 5 * WORLD + src * 5 + col] ==
+					            data[src][row * 5 + col]);
+		for (int src = 0; src < WORLD; src++)
+			assert_memory_equal(&got0[src * 15], data[src], sizeof(data[src]));
+	}
+	pe_release(x);
+	pe_release(g1);
+	pe_release(g0);
+}
+
+static void test_large_all_gather_in_chunks(void **state)
+{
+	pe_client *c = *state;
+	/* 3 MiB + 4 bytes per core: several 4 MiB-chunk boundaries are not hit evenly. */
+	int64_t n = 3 * MiB / 4 + 1;
+	/* v = iota + [r, 0, 0, ...] (a padded replica id). */
+	pe_tensor *io = pe_iota(c, PE_S32, &n, 1, 0);
+	pe_tensor *rid = pe_convert(pe_replica_id(c), PE_S32);
+	int64_t one = 1, lo = 0, hi = n - 1;
+	pe_tensor *rpad = pe_pad(pe_reshape(rid, &one, 1), &lo, &hi, NULL, 0);
+	pe_tensor *v = pe_add(io, rpad);
+	pe_tensor *g = pe_all_gather(v, 0);
+	assert_non_null(g);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	int32_t *got = malloc((size_t)(n * WORLD) * sizeof(int32_t));
+	assert_int_equal(pe_fetch(g, 3, got, (size_t)(n * WORLD) * sizeof(int32_t)), PE_OK);
+	for (int src = 0; src < WORLD; src++) {
+		assert_int_equal(got[src * n], src);
+		assert_int_equal(got[src * n + 1], 1);
+		assert_int_equal(got[src * n + n - 1], n - 1);
+	}
+	free(got);
+	pe_release(io);
+	pe_release(rid);
+	pe_release(rpad);
+	pe_release(v);
+	pe_release(g);
+	pe_mark_step(c);
+}
+
+static void test_memory_accounting_is_exact(void **state)
+{
+	pe_client *c = *state;
+	pe_memory_info before[WORLD], after[WORLD];
+	assert_int_equal(pe_memory_info_all(c, before, WORLD), PE_OK);
+	int64_t n = MiB; /* 4 MiB of f32 */
+	pe_tensor *x = pe_full(c, PE_F32, &n, 1, 1.0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	/* y = (x + x) * x: x + x is a 4 MiB temporary, y a 4 MiB output. */
+	pe_tensor *t = pe_add(x, x);
+	pe_tensor *y = pe_multiply(t, x);
+	pe_release(t);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	assert_int_equal(pe_memory_info_all(c, after, WORLD), PE_OK);
+	for (int r = 0; r < WORLD; r++) {
+		assert_int_equal(after[r].bytes_used, before[r].bytes_used + 8 * MiB);
+		assert_int_equal(after[r].bytes_reserved, 0);
+		assert_true(after[r].peak_bytes_reserved >= 4 * MiB);
+		/* During the step: x, y and the 4 MiB reservation. */
+		int64_t step_peak = before[r].bytes_used + 12 * MiB;
+		int64_t want =
+		    before[r].peak_bytes_used > step_peak ? before[r].peak_bytes_used : step_peak;
+		assert_int_equal(after[r].peak_bytes_used, want);
+		assert_int_equal(after[r].bytes_limit, 64 * MiB);
+	}
+	pe_release(x);
+	pe_release(y);
+	assert_int_equal(pe_memory_info_all(c, after, WORLD), PE_OK);
+	for (int r = 0; r < WORLD; r++)
+		assert_int_equal(after[r].bytes_used, before[r].bytes_used);
+}
+
+static void test_output_that_does_not_fit_is_refused_and_pod_keeps_working(void **state)
+{
+	pe_client *c = *state;
+	pe_memory_info before[WORLD], after[WORLD];
+	assert_int_equal(pe_memory_info_all(c, before, WORLD), PE_OK);
+
+	/* Larger than a core: refused when compiling, nothing dispatched. */
+	int64_t big = 20 * MiB; /* 80 MiB of f32 */
+	pe_tensor *huge = pe_full(c, PE_F32, &big, 1, 0);
+	assert_int_equal(pe_mark_step(c), PE_RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(pe_last_error(c),
+	                       "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used "
+	                       "80.00M of 64.00M hbm. Exceeded hbm capacity by 16.00M."));
+	float v;
+	assert_int_equal(pe_fetch(huge, 0, &v, sizeof(v)) != PE_OK, 1);
+	pe_release(huge);
+
+	/* Fits a core, but not next to what is already there: the agent refuses it. */
+	int64_t n40 = 10 * MiB, n30 = 30 * MiB / 4;
+	pe_tensor *held = pe_full(c, PE_F32, &n40, 1, 0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	pe_tensor *more = pe_full(c, PE_F32, &n30, 1, 0);
+	assert_int_equal(pe_mark_step(c), PE_RESOURCE_EXHAUSTED);
+	const char *e = pe_last_error(c);
+	assert_non_null(strstr(e, "RESOURCE_EXHAUSTED: core 0 (host 0): Error allocating device "
+	                          "buffer: Attempting to allocate 30.00M. That was not possible."));
+	pe_release(more);
+	pe_release(held);
+
+	/* Nothing leaked and the pod still runs steps. */
+	assert_int_equal(pe_memory_info_all(c, after, WORLD), PE_OK);
+	for (int r = 0; r < WORLD; r++)
+		assert_int_equal(after[r].bytes_used, before[r].bytes_used);
+	int64_t four = 4;
+	pe_tensor *ok = pe_full(c, PE_F32, &four, 1, 3.0);
+	float got[4];
+	assert_int_equal(pe_fetch(ok, 1, got, sizeof(got)), PE_OK);
+	assert_true(got[3] == 3.0f);
+	pe_release(ok);
+}
+
+static void test_fragmented_heap_fails_the_reservation_in_xla_words(void **state)
+{
+	pe_client *c = *state;
+	int64_t n16 = 4 * MiB; /* 16 MiB each */
+	pe_tensor *a = pe_full(c, PE_F32, &n16, 1, 0);
+	pe_tensor *b = pe_full(c, PE_F32, &n16, 1, 0);
+	pe_tensor *d = pe_full(c, PE_F32, &n16, 1, 0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	pe_release(b); /* a hole of 16 MiB between a and d; 16 MiB free at the bottom */
+	/* A 20 MiB temporary: 32 MiB are free, but only 16 MiB at the bottom. */
+	int64_t n20 = 5 * MiB, dim0 = 0;
+	pe_tensor *tmp = pe_full(c, PE_F32, &n20, 1, 1.0);
+	pe_tensor *s = pe_reduce_sum(tmp, &dim0, 1);
+	pe_release(tmp);
+	assert_int_equal(pe_mark_step(c), PE_RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(pe_last_error(c),
+	                       "Attempting to reserve 20.00M at the bottom of memory. That was not "
+	                       "possible. There are 32.00M free, 0B reserved, and 16.00M "
+	                       "reservable."));
+	pe_release(s);
+	pe_release(a);
+	pe_release(d);
+	/* With the heap empty again the same step fits. */
+	tmp = pe_full(c, PE_F32, &n20, 1, 1.0);
+	s = pe_reduce_sum(tmp, &dim0, 1);
+	pe_release(tmp);
+	float sum;
+	assert_int_equal(pe_fetch(s, 2, &sum, sizeof(sum)), PE_OK);
+	assert_true(sum == (float)n20);
+	pe_release(s);
+}
+
+static void test_bad_calls_get_clear_errors(void **state)
+{
+	pe_client *c = *state;
+	int64_t d[] = {4};
+	pe_tensor *x = pe_full(c, PE_F32, d, 1, 1.0);
+	int64_t bad[] = {3};
+	assert_null(pe_reshape(x, bad, 1));
+	assert_int_equal(pe_last_code(c), PE_INVALID_ARGUMENT);
+	assert_non_null(strstr(pe_last_error(c), "mismatched element counts"));
+	assert_null(pe_add(x, NULL));
+	assert_null(pe_all_gather(x, 3));
+	assert_non_null(strstr(pe_last_error(c), "all_gather_dimension"));
+	float v[4];
+	assert_int_equal(pe_fetch(x, WORLD, v, sizeof(v)), PE_INVALID_ARGUMENT);
+	assert_int_equal(pe_fetch(x, 0, v, 3), PE_INVALID_ARGUMENT);
+	assert_int_equal(pe_fetch(x, 0, v, sizeof(v)), PE_OK);
+	int64_t neg[] = {-1};
+	assert_null(pe_upload(c, PE_F32, neg, 1, NULL));
+	assert_int_equal(pe_last_code(c), PE_INVALID_ARGUMENT);
+	pe_release(x);
+	pe_release(NULL);
+}
+
+static void test_optimization_barrier_keeps_values(void **state)
+{
+	pe_client *c = *state;
+	int64_t d[] = {8};
+	pe_tensor *a = pe_full(c, PE_F32, d, 1, 2.0);
+	pe_tensor *b = pe_iota(c, PE_F32, d, 1, 0);
+	pe_tensor *pair[] = {a, b};
+	assert_int_equal(pe_optimization_barrier(pair, 2), PE_OK);
+	pe_tensor *s = pe_multiply(a, b);
+	float got[8];
+	assert_int_equal(pe_fetch(s, 0, got, sizeof(got)), PE_OK);
+	for (int i = 0; i < 8; i++)
+		assert_true(got[i] == 2.0f * i);
+	assert_int_equal(pe_fetch(a, 3, got, sizeof(got)), PE_OK);
+	assert_true(got[7] == 2.0f);
+	pe_release(a);
+	pe_release(b);
+	pe_release(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_ops_match_host),
+	    cmocka_unit_test(test_all_gather_moves_real_bytes_across_agents),
+	    cmocka_unit_test(test_large_all_gather_in_chunks),
+	    cmocka_unit_test(test_memory_accounting_is_exact),
+	    cmocka_unit_test(test_output_that_does_not_fit_is_refused_and_pod_keeps_working),
+	    cmocka_unit_test(test_fragmented_heap_fails_the_reservation_in_xla_words),
+	    cmocka_unit_test(test_bad_calls_get_clear_errors),
+	    cmocka_unit_test(test_optimization_barrier_keeps_values),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
