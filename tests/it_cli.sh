@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The CLI end to end: podemu up / status / demo / down on real processes, checked against the
+# figures of pytorch/xla issue 3510. Usage: it_cli.sh BIN_DIR
+set -euo pipefail
+bin="$1"
+state=$(mktemp -d /tmp/podemu-cli-XXXXXX)
+cleanup() {
+	"$bin/podemu" down --state-dir "$state" >/dev/null 2>&1 || true
+	rm -rf "$state"
+}
+trap cleanup EXIT
+pe() { "$bin/podemu" "$1" --state-dir "$state" "${@:2}"; }
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# A v3-8 at the seed's full size without backing: 512 MiB in, 4 GiB out per core.
+pe up --topology v3-8 --backing none --port 0 >/dev/null
+pe status --json >"$state/status.json"
+python3 - "$state/status.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["ready"] is True, s
+assert s["topology"] == "v3-8" and s["world_size"] == 8, s
+assert len(s["hosts"]) == 1 and len(s["cores"]) == 8, s
+for c in s["cores"]:
+    assert c["bytes_limit"] == 16624123904, c   # 16 GiB minus the 530 MiB runtime reservation
+    assert c["host"] == 0 and c["bytes_used"] == 0, c
+PY
+pe demo --json >"$state/demo.json"
+python3 - "$state/demo.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+G = 1 << 30
+assert d["world_size"] == 8 and d["elements"] == 134217728, d
+assert len(d["cores"]) == 8
+for c in d["cores"]:
+    assert c["sum"] is None, c          # no bytes behind the heaps
+    peak, used = c["peak_bytes_used"], c["bytes_used"]
+    assert 4.5 * G <= peak <= 4.5 * G * 1.01, ("peak", c)
+    assert 4 * G <= used <= 4 * G * 1.01, ("used", c)
+print("v3-8 seed: peak %.3f GiB, in use %.3f GiB per core" % (peak / G, used / G))
+PY
+# A second pod in the same state directory is refused.
+if pe up --topology v3-8 --port 0 >/dev/null 2>&1; then fail "second podemu up succeeded"; fi
+pids=$(cat "$state"/*.pid)
+pe down >/dev/null
+for p in $pids; do
+	if kill -0 "$p" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$p/status"; then
+		fail "process $p outlived podemu down"
+	fi
+done
+if pe status >/dev/null 2>&1; then fail "status answered after down"; fi
+
+# Real bytes: every core's sum of the gathered ones is exactly 8 x 1048576.
+pe up --topology v3-8 --backing host --port 0 >/dev/null
+pe demo --elements 1048576 --json >"$state/demo.json"
+python3 - "$state/demo.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [c["sum"] for c in d["cores"]] == [8388608] * 8, d
+PY
+pe down >/dev/null
+
+# Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.
+pe up --topology v3-128 --backing none --port 0 >/dev/null
+pe demo --json >"$state/demo.json"
+python3 - "$state/demo.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["world_size"] == 128 and len(d["cores"]) == 128, d
+n = d["elements"]
+for c in d["cores"]:
+    assert c["peak_bytes_used"] == n * 4 * 129, c   # input + 128x output
+    assert c["bytes_used"] == n * 4 * 128, c
+PY
+pe down >/dev/null
+echo "it_cli: all checks passed"
