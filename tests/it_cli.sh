@@ -61,6 +61,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert [c["sum"] for c in d["cores"]] == [8388608] * 8, d
 PY
+# The example program checks every core's gathered rows against the host.
+PODEMU_STATE_DIR="$state" "$bin/podemu-example-allgather" 64 300 | tail -n 1 |
+	grep -q "every core matches the host" || fail "example all-gather mismatched"
 pe down >/dev/null
 
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.
