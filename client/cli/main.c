@@ -246,8 +246,9 @@ static int cmd_status(const struct cli *o)
 			       (long long)m->bytes_limit);
 		}
 	}
+	int ready = ps->ready;
 	arena_free(a);
-	return ps->ready ? 0 : 3;
+	return ready ? 0 : 3;
 }
 
 static int demo_fail(pe_client *c, const char *what)

@@ -52,7 +52,8 @@ int main(int argc, char **argv)
 		for (int64_t row = 0; row < rows; row++)
 			for (int src = 0; src < world; src++)
 				bad += memcmp(&got[(size_t)(row * cols * world + src * cols)],
-					      &data[src][row * cols], (size_t)cols * sizeof(float)) != 0;
+				              &data[src][row * cols],
+				              (size_t)cols * sizeof(float)) != 0;
 	}
 	pe_memory_info mem;
 	for (int r = 0; r < world; r++) {

@@ -1,0 +1,217 @@
+/* The data plane over real sockets: chunking, windows, parking, errors, unreachable peers. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "dataplane.h"
+
+/* A receiver that copies chunks into a buffer, or parks them while "not ready". */
+struct sink {
+	pthread_mutex_t lock;
+	unsigned char buf[1 << 20];
+	uint64_t bytes;
+	int chunks;
+	int lasts;
+	int ready;
+	int refuse;
+	struct dp_request *parked[64];
+	int num_parked;
+};
+
+static int deliver(void *arg, struct dp_request *req, const struct dp_header *h,
+                   const void *payload, struct status *st)
+{
+	struct sink *s = arg;
+	pthread_mutex_lock(&s->lock);
+	if (s->refuse) {
+		pthread_mutex_unlock(&s->lock);
+		return status_set(st, ST_INVALID_ARGUMENT, "refused chunk at %llu",
+		                  (unsigned long long)h->offset);
+	}
+	if (!s->ready) {
+		s->parked[s->num_parked++] = req;
+		pthread_mutex_unlock(&s->lock);
+		return DP_PARKED;
+	}
+	memcpy(s->buf + h->offset, payload, h->length);
+	s->bytes += h->length;
+	s->chunks++;
+	s->lasts += (h->flags & DP_FLAG_LAST) != 0;
+	pthread_mutex_unlock(&s->lock);
+	return ST_OK;
+}
+
+static struct sink sink;
+static struct dataplane *rx, *tx;
+static char rx_url[256], tx_url[256];
+
+static int setup(void **state)
+{
+	struct status st;
+	pthread_mutex_init(&sink.lock, NULL);
+	if (dp_start(&rx, "tcp://127.0.0.1:0", rx_url, deliver, &sink, &st) != ST_OK)
+		return -1;
+	if (dp_start(&tx, "tcp://127.0.0.1:0", tx_url, deliver, &sink, &st) != ST_OK)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	dp_stop(tx);
+	dp_stop(rx);
+	return 0;
+}
+
+static void reset_sink(int ready)
+{
+	pthread_mutex_lock(&sink.lock);
+	memset(sink.buf, 0, sizeof(sink.buf));
+	sink.bytes = 0;
+	sink.chunks = sink.lasts = sink.num_parked = sink.refuse = 0;
+	sink.ready = ready;
+	pthread_mutex_unlock(&sink.lock);
+}
+
+static void test_chunks_arrive_whole(void **state)
+{
+	reset_sink(1);
+	static unsigned char data[1000003];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (unsigned char)(i * 7 + 3);
+	const char *peers[] = {rx_url};
+	struct dp_header h = {.step_id = 1};
+	struct status st;
+	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 65536, 4, 5000, &st), ST_OK);
+	assert_int_equal(sink.bytes, sizeof(data));
+	assert_int_equal(sink.chunks, (sizeof(data) + 65535) / 65536);
+	assert_int_equal(sink.lasts, 1);
+	assert_memory_equal(sink.buf, data, sizeof(data));
+	/* Without data only a header travels, still marked last. */
+	reset_sink(1);
+	assert_int_equal(dp_send(tx, peers, 1, &h, NULL, 12345, 65536, 4, 5000, &st), ST_OK);
+	assert_int_equal(sink.chunks, 1);
+	assert_int_equal(sink.bytes, 0);
+	assert_int_equal(sink.lasts, 1);
+}
+
+struct sender {
+	const char *peer;
+	int rv;
+	unsigned char data[4096];
+};
+
+static void *send_thread(void *arg)
+{
+	struct sender *s = arg;
+	const char *peers[] = {s->peer};
+	struct dp_header h = {.step_id = 2};
+	struct status st;
+	s->rv = dp_send(tx, peers, 1, &h, s->data, sizeof(s->data), 1024, 2, 5000, &st);
+	return NULL;
+}
+
+static void test_parked_chunks_wait_for_the_receiver(void **state)
+{
+	reset_sink(0);
+	static struct sender s;
+	s.peer = rx_url;
+	memset(s.data, 0x5a, sizeof(s.data));
+	pthread_t t;
+	pthread_create(&t, NULL, send_thread, &s);
+	/* With a window of 2 the sender stops after two unacknowledged chunks. */
+	for (int i = 0; i < 100; i++) {
+		pthread_mutex_lock(&sink.lock);
+		int n = sink.num_parked;
+		pthread_mutex_unlock(&sink.lock);
+		if (n == 2)
+			break;
+		usleep(10000);
+	}
+	usleep(50000);
+	pthread_mutex_lock(&sink.lock);
+	assert_int_equal(sink.num_parked, 2);
+	sink.ready = 1;
+	for (int i = 0; i < sink.num_parked; i++) {
+		const struct dp_header *h = dp_request_header(sink.parked[i]);
+		memcpy(sink.buf + h->offset, dp_request_payload(sink.parked[i]), h->length);
+		sink.bytes += h->length;
+		dp_complete(sink.parked[i], ST_OK, NULL);
+	}
+	pthread_mutex_unlock(&sink.lock);
+	pthread_join(t, NULL);
+	assert_int_equal(s.rv, ST_OK);
+	assert_int_equal(sink.bytes, sizeof(s.data));
+	assert_memory_equal(sink.buf, s.data, sizeof(s.data));
+}
+
+static void test_receiver_errors_reach_the_sender(void **state)
+{
+	reset_sink(1);
+	sink.refuse = 1;
+	unsigned char data[100] = {0};
+	const char *peers[] = {rx_url};
+	struct dp_header h = {.step_id = 3};
+	struct status st;
+	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 64, 2, 5000, &st),
+	                 ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "refused chunk at 0"));
+}
+
+static void test_malformed_frames_are_answered(void **state)
+{
+	reset_sink(1);
+	nng_socket s;
+	nng_req0_open(&s);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+	assert_int_equal(nng_dial(s, rx_url, NULL, 0), 0);
+	char junk[] = "short";
+	assert_int_equal(nng_send(s, junk, sizeof(junk), 0), 0);
+	char *reply;
+	size_t len;
+	assert_int_equal(nng_recv(s, &reply, &len, NNG_FLAG_ALLOC), 0);
+	uint32_t code;
+	memcpy(&code, reply, 4);
+	assert_int_equal(code, ST_INVALID_ARGUMENT);
+	nng_free(reply, len);
+	/* A header whose length disagrees with the frame. */
+	struct dp_header h = {.magic = DP_MAGIC, .length = 1000};
+	assert_int_equal(nng_send(s, &h, sizeof(h), 0), 0);
+	assert_int_equal(nng_recv(s, &reply, &len, NNG_FLAG_ALLOC), 0);
+	memcpy(&code, reply, 4);
+	assert_int_equal(code, ST_INVALID_ARGUMENT);
+	nng_free(reply, len);
+	nng_close(s);
+	assert_int_equal(sink.chunks, 0);
+}
+
+static void test_unreachable_peer_fails_within_the_deadline(void **state)
+{
+	const char *peers[] = {"tcp://127.0.0.1:1"};
+	struct dp_header h = {.step_id = 4};
+	unsigned char data[10] = {0};
+	struct status st;
+	int rv = dp_send(tx, peers, 1, &h, data, sizeof(data), 64, 2, 300, &st);
+	assert_true(rv == ST_DEADLINE_EXCEEDED || rv == ST_UNAVAILABLE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_chunks_arrive_whole),
+	    cmocka_unit_test(test_parked_chunks_wait_for_the_receiver),
+	    cmocka_unit_test(test_receiver_errors_reach_the_sender),
+	    cmocka_unit_test(test_malformed_frames_are_answered),
+	    cmocka_unit_test(test_unreachable_peer_fails_within_the_deadline),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
