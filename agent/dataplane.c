@@ -263,99 +263,97 @@ static int dp_peer_socket(struct dataplane *dp, const char *url, nng_socket *out
 
 enum { S_IDLE, S_SENDING, S_RECEIVING };
 
-struct dp_send_op;
-
 struct dp_slot {
-	struct dp_send_op *op;
-	int peer;
+	struct dp_chan *ch;
 	nng_ctx ctx;
 	nng_aio *aio;
 	int state;
 };
 
-struct dp_send_op {
+struct dp_chan {
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
-	const char *const *urls;
+	char url[256];
+	void (*notify)(void *);
+	void *notify_arg;
+	int window;
+	int in_flight;
 	int code;
 	char message[512];
+	struct dp_slot *slots;
+	int num_slots;
 };
 
-static void dp_send_fail(struct dp_send_op *op, int code, const char *fmt, const char *a,
+static void dp_chan_fail(struct dp_chan *ch, int code, const char *fmt, const char *a,
                          const char *b)
 {
-	if (op->code == ST_OK) {
-		op->code = code;
-		snprintf(op->message, sizeof(op->message), fmt, a, b);
+	if (ch->code == ST_OK) {
+		ch->code = code;
+		snprintf(ch->message, sizeof(ch->message), fmt, a, b);
 	}
 }
 
 static void dp_slot_cb(void *arg)
 {
 	struct dp_slot *s = arg;
-	struct dp_send_op *op = s->op;
+	struct dp_chan *ch = s->ch;
 	int rv = nng_aio_result(s->aio);
-	pthread_mutex_lock(&op->lock);
+	pthread_mutex_lock(&ch->lock);
 	if (s->state == S_SENDING && rv == 0) {
 		s->state = S_RECEIVING;
-		pthread_mutex_unlock(&op->lock);
+		pthread_mutex_unlock(&ch->lock);
 		nng_ctx_recv(s->ctx, s->aio);
 		return;
 	}
 	if (rv != 0) {
 		if (s->state == S_SENDING)
 			nng_msg_free(nng_aio_get_msg(s->aio));
-		dp_send_fail(op, rv == NNG_ETIMEDOUT ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
-		             "peer %s did not acknowledge a chunk: %s", op->urls[s->peer],
-		             nng_strerror(rv));
+		dp_chan_fail(ch, rv == NNG_ETIMEDOUT ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
+		             "peer %s did not acknowledge a chunk: %s", ch->url, nng_strerror(rv));
 	} else {
 		nng_msg *reply = nng_aio_get_msg(s->aio);
 		uint32_t code = ST_INTERNAL;
 		if (nng_msg_len(reply) >= 4)
 			memcpy(&code, nng_msg_body(reply), 4);
-		if (code != ST_OK && op->code == ST_OK) {
-			op->code = (int)code;
-			snprintf(op->message, sizeof(op->message), "peer %s: %.*s",
-			         op->urls[s->peer], (int)(nng_msg_len(reply) - 4),
+		if (code != ST_OK && ch->code == ST_OK) {
+			ch->code = (int)code;
+			snprintf(ch->message, sizeof(ch->message), "peer %s: %.*s", ch->url,
+			         (int)(nng_msg_len(reply) >= 4 ? nng_msg_len(reply) - 4 : 0),
 			         (const char *)nng_msg_body(reply) + 4);
 		}
 		nng_msg_free(reply);
 	}
 	s->state = S_IDLE;
-	pthread_cond_broadcast(&op->cv);
-	pthread_mutex_unlock(&op->lock);
+	ch->in_flight--;
+	pthread_cond_broadcast(&ch->cv);
+	void (*notify)(void *) = ch->notify;
+	void *notify_arg = ch->notify_arg;
+	pthread_mutex_unlock(&ch->lock);
+	if (notify != NULL)
+		notify(notify_arg);
 }
 
-int dp_send(struct dataplane *dp, const char *const *peer_urls, int num_peers,
-            const struct dp_header *base, const void *data, uint64_t total, uint64_t chunk_bytes,
-            int window, int timeout_ms, struct status *st)
+int dp_chan_open(struct dp_chan **out, struct dataplane *dp, const char *url, int window,
+                 int timeout_ms, void (*notify)(void *), void *arg, struct status *st)
 {
-	status_clear(st);
-	if (num_peers == 0)
-		return ST_OK;
-	if (chunk_bytes == 0 || chunk_bytes > DP_MAX_CHUNK)
-		chunk_bytes = DP_MAX_CHUNK;
-	if (window < 1)
-		window = 1;
-	uint64_t sent_total = data ? total : 0;
-	uint64_t chunks = sent_total == 0 ? 1 : (sent_total + chunk_bytes - 1) / chunk_bytes;
-	struct dp_send_op op = {.urls = peer_urls, .code = ST_OK};
-	pthread_mutex_init(&op.lock, NULL);
-	pthread_cond_init(&op.cv, NULL);
-	int nslots = num_peers * window;
-	struct dp_slot *slots = calloc((size_t)nslots, sizeof(*slots));
-	int ready = 0;
-	if (slots == NULL) {
-		status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		goto out;
+	nng_socket sock;
+	int rv = dp_peer_socket(dp, url, &sock, st);
+	if (rv != ST_OK)
+		return rv;
+	struct dp_chan *ch = calloc(1, sizeof(*ch));
+	if (ch == NULL || (ch->slots = calloc((size_t)window, sizeof(*ch->slots))) == NULL) {
+		free(ch);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	}
-	for (; ready < nslots; ready++) {
-		struct dp_slot *s = &slots[ready];
-		nng_socket sock;
-		s->op = &op;
-		s->peer = ready / window;
-		if (dp_peer_socket(dp, peer_urls[s->peer], &sock, st) != ST_OK)
-			goto out;
+	pthread_mutex_init(&ch->lock, NULL);
+	pthread_cond_init(&ch->cv, NULL);
+	snprintf(ch->url, sizeof(ch->url), "%s", url);
+	ch->notify = notify;
+	ch->notify_arg = arg;
+	ch->window = window;
+	for (; ch->num_slots < window; ch->num_slots++) {
+		struct dp_slot *s = &ch->slots[ch->num_slots];
+		s->ch = ch;
 		if (nng_ctx_open(&s->ctx, sock) != 0)
 			break;
 		if (nng_aio_alloc(&s->aio, dp_slot_cb, s) != 0) {
@@ -364,63 +362,141 @@ int dp_send(struct dataplane *dp, const char *const *peer_urls, int num_peers,
 		}
 		nng_aio_set_timeout(s->aio, timeout_ms);
 	}
-	if (ready < nslots) {
-		status_set(st, ST_RESOURCE_EXHAUSTED, "cannot set up data-plane sends");
-		goto out;
+	if (ch->num_slots == 0) {
+		dp_chan_close(ch);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "cannot open a channel to %s", url);
 	}
-	for (uint64_t c = 0; c < chunks; c++) {
-		uint64_t offset = c * chunk_bytes;
+	*out = ch;
+	return ST_OK;
+}
+
+int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_segment *segs,
+                 int n, struct status *st)
+{
+	size_t len = 0;
+	for (int i = 0; i < n; i++)
+		len += segs[i].len;
+	pthread_mutex_lock(&ch->lock);
+	if (ch->code != ST_OK) {
+		int code = status_set(st, ch->code, "%s", ch->message);
+		pthread_mutex_unlock(&ch->lock);
+		return code;
+	}
+	struct dp_slot *slot = NULL;
+	for (int i = 0; i < ch->num_slots && slot == NULL; i++)
+		if (ch->slots[i].state == S_IDLE)
+			slot = &ch->slots[i];
+	if (slot == NULL) {
+		pthread_mutex_unlock(&ch->lock);
+		return DP_BUSY;
+	}
+	slot->state = S_SENDING;
+	ch->in_flight++;
+	pthread_mutex_unlock(&ch->lock);
+
+	nng_msg *msg;
+	if (nng_msg_alloc(&msg, sizeof(struct dp_header) + len) != 0) {
+		pthread_mutex_lock(&ch->lock);
+		slot->state = S_IDLE;
+		ch->in_flight--;
+		pthread_mutex_unlock(&ch->lock);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	struct dp_header hh = *h;
+	hh.magic = DP_MAGIC;
+	hh.length = len;
+	char *body = nng_msg_body(msg);
+	memcpy(body, &hh, sizeof(hh));
+	body += sizeof(hh);
+	for (int i = 0; i < n; i++) {
+		memcpy(body, segs[i].data, segs[i].len);
+		body += segs[i].len;
+	}
+	nng_aio_set_msg(slot->aio, msg);
+	nng_ctx_send(slot->ctx, slot->aio);
+	return ST_OK;
+}
+
+void dp_chan_wait(struct dp_chan *ch, int max_in_flight)
+{
+	pthread_mutex_lock(&ch->lock);
+	while (ch->in_flight > max_in_flight && ch->code == ST_OK)
+		pthread_cond_wait(&ch->cv, &ch->lock);
+	pthread_mutex_unlock(&ch->lock);
+}
+
+int dp_chan_in_flight(struct dp_chan *ch)
+{
+	pthread_mutex_lock(&ch->lock);
+	int n = ch->in_flight;
+	pthread_mutex_unlock(&ch->lock);
+	return n;
+}
+
+int dp_chan_error(struct dp_chan *ch, struct status *st)
+{
+	pthread_mutex_lock(&ch->lock);
+	int code = ch->code;
+	if (code != ST_OK)
+		status_set(st, code, "%s", ch->message);
+	pthread_mutex_unlock(&ch->lock);
+	return code;
+}
+
+void dp_chan_close(struct dp_chan *ch)
+{
+	if (ch == NULL)
+		return;
+	pthread_mutex_lock(&ch->lock);
+	ch->notify = NULL;
+	while (ch->in_flight > 0)
+		pthread_cond_wait(&ch->cv, &ch->lock);
+	pthread_mutex_unlock(&ch->lock);
+	for (int i = 0; i < ch->num_slots; i++) {
+		nng_aio_free(ch->slots[i].aio);
+		nng_ctx_close(ch->slots[i].ctx);
+	}
+	free(ch->slots);
+	pthread_cond_destroy(&ch->cv);
+	pthread_mutex_destroy(&ch->lock);
+	free(ch);
+}
+
+int dp_send(struct dataplane *dp, const char *const *peer_urls, int num_peers,
+            const struct dp_header *base, const void *data, uint64_t total, uint64_t chunk_bytes,
+            int window, int timeout_ms, struct status *st)
+{
+	status_clear(st);
+	if (chunk_bytes == 0 || chunk_bytes > DP_MAX_CHUNK)
+		chunk_bytes = DP_MAX_CHUNK;
+	uint64_t chunks = data == NULL || total == 0 ? 1 : (total + chunk_bytes - 1) / chunk_bytes;
+	struct dp_chan **chans = calloc((size_t)num_peers + 1, sizeof(*chans));
+	if (chans == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv = ST_OK;
+	for (int p = 0; p < num_peers && rv == ST_OK; p++)
+		rv = dp_chan_open(&chans[p], dp, peer_urls[p], window, timeout_ms, NULL, NULL, st);
+	for (uint64_t c = 0; c < chunks && rv == ST_OK; c++) {
+		uint64_t off = c * chunk_bytes;
 		uint64_t len =
-		    sent_total == 0
-		        ? 0
-		        : (sent_total - offset < chunk_bytes ? sent_total - offset : chunk_bytes);
-		for (int p = 0; p < num_peers; p++) {
-			struct dp_slot *s = &slots[p * window + (int)(c % (uint64_t)window)];
-			pthread_mutex_lock(&op.lock);
-			while (s->state != S_IDLE && op.code == ST_OK)
-				pthread_cond_wait(&op.cv, &op.lock);
-			int failed = op.code != ST_OK;
-			pthread_mutex_unlock(&op.lock);
-			if (failed)
-				goto drain;
-			nng_msg *msg;
-			if (nng_msg_alloc(&msg, sizeof(struct dp_header) + len) != 0) {
-				pthread_mutex_lock(&op.lock);
-				dp_send_fail(&op, ST_RESOURCE_EXHAUSTED, "%s%s",
-				             "out of host memory", "");
-				pthread_mutex_unlock(&op.lock);
-				goto drain;
-			}
-			struct dp_header h = *base;
-			h.magic = DP_MAGIC;
-			h.offset = offset;
-			h.length = len;
-			h.total = sent_total;
-			h.flags = c + 1 == chunks ? DP_FLAG_LAST : 0;
-			memcpy(nng_msg_body(msg), &h, sizeof(h));
-			if (len)
-				memcpy((char *)nng_msg_body(msg) + sizeof(h),
-				       (const char *)data + offset, len);
-			s->state = S_SENDING;
-			nng_aio_set_msg(s->aio, msg);
-			nng_ctx_send(s->ctx, s->aio);
-		}
+		    data == NULL ? 0 : (total - off < chunk_bytes ? total - off : chunk_bytes);
+		struct dp_header h = *base;
+		h.offset = off;
+		h.covered = data == NULL ? total : len;
+		h.flags = c + 1 == chunks ? DP_FLAG_LAST : 0;
+		struct dp_segment seg = {(const char *)data + (data ? off : 0), (size_t)len};
+		for (int p = 0; p < num_peers && rv == ST_OK; p++)
+			while ((rv = dp_chan_send(chans[p], &h, &seg, len ? 1 : 0, st)) == DP_BUSY)
+				dp_chan_wait(chans[p], chans[p]->num_slots - 1);
 	}
-drain:
-	pthread_mutex_lock(&op.lock);
-	for (int i = 0; i < nslots; i++)
-		while (slots[i].state != S_IDLE)
-			pthread_cond_wait(&op.cv, &op.lock);
-	pthread_mutex_unlock(&op.lock);
-	if (op.code != ST_OK)
-		status_set(st, op.code, "%s", op.message);
-out:
-	for (int i = 0; i < ready; i++) {
-		nng_aio_free(slots[i].aio);
-		nng_ctx_close(slots[i].ctx);
+	for (int p = 0; p < num_peers; p++) {
+		if (chans[p] == NULL)
+			continue;
+		dp_chan_wait(chans[p], 0);
+		if (rv == ST_OK)
+			rv = dp_chan_error(chans[p], st);
+		dp_chan_close(chans[p]);
 	}
-	free(slots);
-	pthread_cond_destroy(&op.cv);
-	pthread_mutex_destroy(&op.lock);
-	return st->code;
+	free(chans);
+	return rv;
 }

@@ -25,9 +25,17 @@ struct dp_header {
 	uint64_t step_id;
 	uint32_t collective; /* index of the collective within the step */
 	uint32_t src_ordinal;
-	uint64_t offset; /* byte offset within the sender's shard */
-	uint64_t length; /* payload bytes that follow */
-	uint64_t total;  /* bytes of the sender's whole shard (0 under --backing none) */
+	uint32_t dst_ordinal;
+	uint32_t tag;     /* the sender's n-th transfer to this destination in the collective */
+	uint64_t offset;  /* position in the transfer's byte sequence */
+	uint64_t length;  /* payload bytes that follow */
+	uint64_t covered; /* sequence bytes this chunk stands for (length, or more without data) */
+};
+
+/* A piece of memory to send; a chunk may be gathered from several. */
+struct dp_segment {
+	const void *data;
+	size_t len;
 };
 
 struct dp_request;
@@ -58,11 +66,34 @@ const void *dp_request_payload(const struct dp_request *req);
 void dp_complete(struct dp_request *req, int code, const char *message);
 
 /*
- * Sends data (total bytes, or only a header when data is NULL) to every peer in peer_urls, in
- * chunks of chunk_bytes with at most window chunks in flight per peer, each chunk's header
- * built from *base with its offset and length; the last chunk carries DP_FLAG_LAST. Returns
- * when every chunk is acknowledged: UNAVAILABLE when a peer cannot be reached or fails,
- * DEADLINE_EXCEEDED after timeout_ms, or the receiver's error.
+ * A channel to one peer: up to `window` chunks in flight, each acknowledged by the receiver.
+ * notify(arg) runs on an nng thread whenever a chunk completes, so a waiting sender can go on.
+ */
+struct dp_chan;
+
+int dp_chan_open(struct dp_chan **out, struct dataplane *dp, const char *url, int window,
+                 int timeout_ms, void (*notify)(void *), void *arg, struct status *st);
+/*
+ * Sends one chunk gathered from segs (nothing for n = 0). Returns ST_OK when posted, DP_BUSY
+ * when `window` chunks are in flight, or the channel's first failure: UNAVAILABLE when the peer
+ * cannot be reached, DEADLINE_EXCEEDED after the timeout, or the receiver's error.
+ */
+#define DP_BUSY (-2)
+int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_segment *segs,
+                 int n, struct status *st);
+/* Waits until at most max_in_flight chunks are unacknowledged, or the channel failed. */
+void dp_chan_wait(struct dp_chan *ch, int max_in_flight);
+/* Chunks posted and not yet acknowledged. */
+int dp_chan_in_flight(struct dp_chan *ch);
+/* The channel's first failure (ST_OK if none), with its message in st. */
+int dp_chan_error(struct dp_chan *ch, struct status *st);
+/* Waits for every chunk in flight, then frees the channel. NULL is allowed. */
+void dp_chan_close(struct dp_chan *ch);
+
+/*
+ * Sends data (total bytes, or one header standing for total bytes when data is NULL) to every
+ * peer in peer_urls in chunks of chunk_bytes, at most window in flight per peer; the last chunk
+ * carries DP_FLAG_LAST. Returns once every chunk is acknowledged, or the first failure.
  */
 int dp_send(struct dataplane *dp, const char *const *peer_urls, int num_peers,
             const struct dp_header *base, const void *data, uint64_t total, uint64_t chunk_bytes,

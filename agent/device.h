@@ -52,6 +52,7 @@ struct device {
 	struct step *step; /* prepared or running */
 	struct dataplane *dp;
 	bool stopping;
+	uint64_t events; /* bumped (with cv broadcast) whenever a waiting core may go on */
 };
 
 /*
@@ -84,11 +85,13 @@ int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu
 /*
  * Steps (exec.c). prepare validates the program and allocates every core's outputs and
  * temporary reservation (all cores or none: RESOURCE_EXHAUSTED names the core). run executes it
- * on every core and then frees release_after. abort drops a prepared step.
+ * on every core, frees release_after, and returns each core's time in each collective
+ * (allocated from a). abort drops a prepared step.
  */
 int device_prepare(struct device *dev, const Podemu__Program *prog, struct status *st);
 int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
-               size_t n_release, struct status *st);
+               size_t n_release, struct arena *a, Podemu__CollectiveTiming ***timings,
+               size_t *n_timings, struct status *st);
 int device_abort(struct device *dev, uint64_t step_id, struct status *st);
 
 /* Data-plane delivery (a dp_deliver_fn with a struct device as arg). */

@@ -9,54 +9,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "device.h"
+#include "step.h"
 #include "graph.h"
 #include "kernels.h"
 #include "log.h"
 
 #define DEFAULT_COLLECTIVE_TIMEOUT_MS 120000
 #define DEFAULT_CHUNK_BYTES (4 * 1024 * 1024)
-
-/* Where the cores of this host meet for one collective of the step. */
-struct coll_slot {
-	int node;
-	int arrived;
-	bool active; /* every local core has arrived: chunks may be written */
-	void **out;
-	const void **in;
-	int64_t shard_bytes;
-	int64_t shard_row; /* contiguous bytes of one shard per outer index */
-	int64_t out_row;
-	int64_t recv_bytes;
-	int recv_last;
-	unsigned char *src_done; /* [world_size] */
-	int local_done;
-	int copying; /* deliveries writing outside the lock */
-	struct dp_request **parked;
-	int num_parked;
-	int cap_parked;
-	int code;
-	char message[1024];
-};
-
-struct step {
-	uint64_t id;
-	struct arena *arena;
-	Podemu__Program *prog;
-	struct shape *shapes;
-	enum opcode *ops;
-	int64_t **offsets; /* [core][node]: heap offset of the node's value, -1 when none */
-	int *coll_of_node;
-	struct coll_slot *colls;
-	int num_colls;
-	const char **remote_urls;
-	int num_remote;
-	int timeout_ms;
-	int64_t chunk_bytes;
-	bool running;
-	int done_cores;
-	struct status *core_status;
-};
 
 bool device_step_uses(struct device *dev, uint64_t handle)
 {
@@ -69,23 +28,6 @@ bool device_step_uses(struct device *dev, uint64_t handle)
 	return false;
 }
 
-static void deadline_after(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
-
-static void *core_ptr(struct core *c, struct step *s, int node)
-{
-	int64_t off = s->offsets[c->local][node];
-	return off < 0 ? NULL : hbm_ptr(&c->heap, off);
-}
-
 /* Frees the outputs a prepared step allocated (when it did not publish them). Lock held. */
 static void step_free_outputs(struct device *dev, struct step *s)
 {
@@ -96,17 +38,10 @@ static void step_free_outputs(struct device *dev, struct step *s)
 				hbm_free(&dev->cores[c].heap, s->offsets[c][i]);
 }
 
-/* Answers every parked chunk of s with code and frees the step. Lock held. */
-static void step_destroy(struct device *dev, struct step *s, int code, const char *why)
+/* Answers every queued chunk of s and frees the step. Lock held. */
+static void step_destroy(struct device *dev, struct step *s)
 {
-	for (int k = 0; k < s->num_colls; k++) {
-		struct coll_slot *slot = &s->colls[k];
-		while (slot->copying > 0)
-			pthread_cond_wait(&dev->cv, &dev->lock);
-		for (int p = 0; p < slot->num_parked; p++)
-			dp_complete(slot->parked[p], code, why);
-		free(slot->parked);
-	}
+	coll_step_cleanup(dev, s);
 	for (int c = 0; c < dev->cores_per_host; c++)
 		hbm_release_reservation(&dev->cores[c].heap);
 	arena_free(s->arena);
@@ -175,6 +110,61 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 	                  opcode_name(op));
 }
 
+/* Checks that a layout stays inside a buffer of `bytes` bytes. */
+static bool layout_fits(const Podemu__BlockLayout *l, int64_t bytes)
+{
+	if (l == NULL)
+		return false;
+	if (l->rows == 0 || l->row_bytes == 0)
+		return l->offset >= 0 && l->offset <= bytes && l->rows >= 0 && l->row_bytes >= 0;
+	if (l->offset < 0 || l->row_bytes < 0 || l->rows < 0 || l->row_stride < l->row_bytes)
+		return false;
+	int64_t span;
+	if (!mul_overflow_i64(l->rows - 1, l->row_stride, &span) || span > bytes)
+		return false;
+	return l->offset <= bytes - span && l->row_bytes <= bytes - span - l->offset;
+}
+
+/* Checks a collective schedule: peers, and every block inside its buffer. */
+static int check_schedule(struct device *dev, struct step *s, const Podemu__CollectiveSchedule *cs,
+                          struct status *st)
+{
+	const Podemu__Node *n = s->prog->graph->nodes[cs->node];
+	int64_t in_bytes = shape_bytes(&s->shapes[n->operands[0]]);
+	int64_t out_bytes = shape_bytes(&s->shapes[cs->node]);
+	for (size_t k = 0; k < cs->n_phases; k++) {
+		const Podemu__CollPhase *ph = cs->phases[k];
+		int64_t src_bytes =
+		    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? in_bytes : out_bytes;
+		bool ok = ph->send_peer >= -1 && ph->send_peer < dev->world_size &&
+		          ph->recv_peer >= -1 && ph->recv_peer < dev->world_size &&
+		          ph->send_peer != cs->ordinal && ph->recv_peer != cs->ordinal;
+		bool needs_src =
+		    ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
+		    ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD ||
+		    (ph->kind == PODEMU__PHASE_KIND__PHASE_EXCHANGE && ph->send_peer >= 0);
+		bool needs_dst =
+		    ph->kind != PODEMU__PHASE_KIND__PHASE_EXCHANGE || ph->recv_peer >= 0;
+		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD && ph->send_peer >= 0)
+			needs_dst = false;
+		if (needs_src)
+			ok = ok && layout_fits(ph->send_block, src_bytes);
+		if (needs_dst)
+			ok = ok && layout_fits(ph->recv_block, out_bytes);
+		if (ok && needs_src && needs_dst &&
+		    ph->kind != PODEMU__PHASE_KIND__PHASE_EXCHANGE &&
+		    ph->send_block->row_bytes * ph->send_block->rows !=
+		        ph->recv_block->row_bytes * ph->recv_block->rows)
+			ok = false;
+		if (!ok)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s (node %d): phase %zu of core %d's schedule is invalid", n->opcode,
+			    cs->node, k, cs->ordinal);
+	}
+	return ST_OK;
+}
+
 /* Copies the program into the step's arena and checks everything that is not heap state. */
 static int step_build(struct device *dev, struct step *s, const Podemu__Program *prog,
                       struct status *st)
@@ -205,13 +195,15 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	s->timeout_ms = p->collective_timeout_ms > 0 && p->collective_timeout_ms < 86400000
 	                    ? (int)p->collective_timeout_ms
 	                    : DEFAULT_COLLECTIVE_TIMEOUT_MS;
-	s->chunk_bytes = p->chunk_bytes > 0 ? p->chunk_bytes : DEFAULT_CHUNK_BYTES;
+	s->chunk_bytes =
+	    p->chunk_bytes > 0 && p->chunk_bytes <= (64 << 20) && p->chunk_bytes % 64 == 0
+	        ? p->chunk_bytes
+	        : DEFAULT_CHUNK_BYTES;
 	s->shapes = arena_calloc(s->arena, n, sizeof(*s->shapes));
 	s->ops = arena_calloc(s->arena, n, sizeof(*s->ops));
 	s->coll_of_node = arena_calloc(s->arena, n, sizeof(int));
 	s->core_status = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(struct status));
-	s->remote_urls = arena_calloc(s->arena, (size_t)dev->num_hosts, sizeof(char *));
-	if (!s->shapes || !s->ops || !s->coll_of_node || !s->core_status || !s->remote_urls)
+	if (!s->shapes || !s->ops || !s->coll_of_node || !s->core_status)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	int rv = graph_check(p->graph, dev->world_size, s->shapes, st);
 	if (rv != ST_OK)
@@ -223,32 +215,30 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		if (opcode_is_collective(s->ops[i]))
 			s->coll_of_node[i] = s->num_colls++;
 	}
-	for (int h = 0; h < dev->num_hosts; h++)
-		if (h != dev->host_index)
-			s->remote_urls[s->num_remote++] = p->peer_data_urls[h];
-	s->colls =
-	    arena_calloc(s->arena, (size_t)(s->num_colls ? s->num_colls : 1), sizeof(*s->colls));
-	if (s->colls == NULL)
+	s->window = p->window > 0 && p->window <= 64 ? p->window : 4;
+	s->inbox = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->inbox));
+	s->micros = arena_calloc(s->arena, (size_t)dev->cores_per_host * (size_t)(s->num_colls + 1),
+	                         sizeof(int64_t));
+	s->sched = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->sched));
+	if (!s->inbox || !s->micros || !s->sched)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t i = 0; i < n; i++) {
-		if (!opcode_is_collective(s->ops[i]))
-			continue;
-		struct coll_slot *slot = &s->colls[s->coll_of_node[i]];
-		const struct shape *in = &s->shapes[p->graph->nodes[i]->operands[0]];
-		const struct shape *out = &s->shapes[i];
-		int d = (int)p->graph->nodes[i]->dimensions[0];
-		int64_t inner = (int64_t)dtype_size(in->dtype);
-		for (int k = d + 1; k < in->rank; k++)
-			inner *= in->dims[k];
-		slot->node = (int)i;
-		slot->shard_bytes = shape_bytes(in);
-		slot->shard_row = in->dims[d] * inner;
-		slot->out_row = out->dims[d] * inner;
-		slot->out = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(void *));
-		slot->in = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(void *));
-		slot->src_done = arena_calloc(s->arena, (size_t)dev->world_size, 1);
-		if (!slot->out || !slot->in || !slot->src_done)
+	for (int c = 0; c < dev->cores_per_host; c++)
+		if ((s->sched[c] = arena_calloc(s->arena, n, sizeof(**s->sched))) == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t k = 0; k < p->n_schedules; k++) {
+		const Podemu__CollectiveSchedule *cs = p->schedules[k];
+		int local = cs->ordinal - dev->host_index * dev->cores_per_host;
+		if (local < 0 || local >= dev->cores_per_host || cs->node < 0 ||
+		    (size_t)cs->node >= n || !opcode_is_collective(s->ops[cs->node]))
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "schedule %zu names core %d / node %d, not a collective of "
+			    "this host",
+			    k, cs->ordinal, cs->node);
+		rv = check_schedule(dev, s, cs, st);
+		if (rv != ST_OK)
+			return rv;
+		s->sched[local][cs->node] = cs;
 	}
 	return ST_OK;
 }
@@ -328,7 +318,7 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 		}
 		/* A step that was prepared but never run (its coordinator gave up) is dropped. */
 		step_free_outputs(dev, dev->step);
-		step_destroy(dev, dev->step, ST_ABORTED, "step was replaced");
+		step_destroy(dev, dev->step);
 	}
 	for (size_t i = 0; i < s->prog->n_buffers && rv == ST_OK; i++)
 		rv = check_assignment(dev, s, i, st);
@@ -355,73 +345,9 @@ int device_abort(struct device *dev, uint64_t step_id, struct status *st)
 		                (unsigned long long)step_id);
 	} else {
 		step_free_outputs(dev, s);
-		step_destroy(dev, s, ST_ABORTED, "step was aborted");
+		step_destroy(dev, s);
 	}
 	pthread_mutex_unlock(&dev->lock);
-	return rv;
-}
-
-/* Copies bytes [offset, offset+len) of the shard of group position pos into out. */
-static void scatter_shard(const struct coll_slot *slot, void *out, int pos, const void *data,
-                          int64_t offset, int64_t len)
-{
-	const char *src = data;
-	while (len > 0 && slot->shard_row > 0) {
-		int64_t row = offset / slot->shard_row, within = offset % slot->shard_row;
-		int64_t n = slot->shard_row - within < len ? slot->shard_row - within : len;
-		memcpy((char *)out + row * slot->out_row + pos * slot->shard_row + within, src,
-		       (size_t)n);
-		src += n;
-		offset += n;
-		len -= n;
-	}
-}
-
-/*
- * Writes one received chunk into every local core's output. The caller has counted it in
- * slot->copying (under the lock) so the step outlives the copy.
- */
-static int deliver_active(struct device *dev, struct step *s, struct coll_slot *slot,
-                          const struct dp_header *h, const void *payload, struct status *st)
-{
-	int rv = ST_OK;
-	int local_lo = dev->host_index * dev->cores_per_host;
-	if (h->src_ordinal >= (uint32_t)dev->world_size ||
-	    (h->src_ordinal >= (uint32_t)local_lo &&
-	     h->src_ordinal < (uint32_t)(local_lo + dev->cores_per_host)))
-		rv = status_set(st, ST_INVALID_ARGUMENT, "chunk from core %u, which is no peer",
-		                h->src_ordinal);
-	else if (dev->backed && (h->total != (uint64_t)slot->shard_bytes || h->offset > h->total ||
-	                         h->length > h->total - h->offset))
-		rv = status_set(st, ST_INVALID_ARGUMENT,
-		                "chunk [%llu, +%llu) of a %llu-byte shard does not fit the "
-		                "%lld-byte shard of node %d",
-		                (unsigned long long)h->offset, (unsigned long long)h->length,
-		                (unsigned long long)h->total, (long long)slot->shard_bytes,
-		                slot->node);
-	else if (!dev->backed && h->length != 0)
-		rv = status_set(st, ST_INVALID_ARGUMENT,
-		                "host %d has no backing store but received %llu bytes",
-		                dev->host_index, (unsigned long long)h->length);
-	if (rv == ST_OK && h->length > 0)
-		for (int c = 0; c < dev->cores_per_host; c++)
-			scatter_shard(slot, slot->out[c], (int)h->src_ordinal, payload,
-			              (int64_t)h->offset, (int64_t)h->length);
-	pthread_mutex_lock(&dev->lock);
-	slot->copying--;
-	if (rv == ST_OK) {
-		slot->recv_bytes += (int64_t)h->length;
-		if (h->flags & DP_FLAG_LAST) {
-			slot->recv_last++;
-			slot->src_done[h->src_ordinal] = 1;
-		}
-	} else if (slot->code == ST_OK) {
-		slot->code = rv;
-		snprintf(slot->message, sizeof(slot->message), "%s", st->message);
-	}
-	pthread_cond_broadcast(&dev->cv);
-	pthread_mutex_unlock(&dev->lock);
-	(void)s;
 	return rv;
 }
 
@@ -431,137 +357,12 @@ int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 	struct device *dev = arg;
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
-	if (s == NULL || s->id != h->step_id) {
-		pthread_mutex_unlock(&dev->lock);
-		return status_set(st, ST_FAILED_PRECONDITION, "host %d has no step %llu",
-		                  dev->host_index, (unsigned long long)h->step_id);
-	}
-	if (h->collective >= (uint32_t)s->num_colls) {
-		pthread_mutex_unlock(&dev->lock);
-		return status_set(st, ST_INVALID_ARGUMENT, "step %llu has no collective %u",
-		                  (unsigned long long)h->step_id, h->collective);
-	}
-	struct coll_slot *slot = &s->colls[h->collective];
-	if (!slot->active) {
-		if (slot->num_parked == slot->cap_parked) {
-			int cap = slot->cap_parked ? slot->cap_parked * 2 : 16;
-			void *p = realloc(slot->parked, (size_t)cap * sizeof(*slot->parked));
-			if (p == NULL) {
-				pthread_mutex_unlock(&dev->lock);
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			}
-			slot->parked = p;
-			slot->cap_parked = cap;
-		}
-		slot->parked[slot->num_parked++] = req;
-		pthread_mutex_unlock(&dev->lock);
-		return DP_PARKED;
-	}
-	slot->copying++;
-	pthread_mutex_unlock(&dev->lock);
-	return deliver_active(dev, s, slot, h, payload, st);
-}
-
-/* Lists the cores whose data never arrived, for a deadline message. */
-static void missing_sources(struct device *dev, const struct coll_slot *slot, char *buf, size_t len)
-{
-	size_t used = 0;
-	buf[0] = '\0';
-	int local_lo = dev->host_index * dev->cores_per_host;
-	for (int r = 0; r < dev->world_size && used + 16 < len; r++) {
-		if (r >= local_lo && r < local_lo + dev->cores_per_host)
-			continue;
-		if (!slot->src_done[r])
-			used +=
-			    (size_t)snprintf(buf + used, len - used, "%s%d", used ? "," : "", r);
-	}
-}
-
-static int run_all_gather(struct device *dev, struct step *s, struct core *c, int node,
-                          struct status *st)
-{
-	struct coll_slot *slot = &s->colls[s->coll_of_node[node]];
-	const void *in = core_ptr(c, s, (int)s->prog->graph->nodes[node]->operands[0]);
-	struct timespec deadline;
-	deadline_after(&deadline, s->timeout_ms);
-	struct dp_request **parked = NULL;
-	int num_parked = 0;
-
-	pthread_mutex_lock(&dev->lock);
-	slot->in[c->local] = in;
-	slot->out[c->local] = core_ptr(c, s, node);
-	if (++slot->arrived == dev->cores_per_host) {
-		slot->active = true;
-		parked = slot->parked;
-		num_parked = slot->num_parked;
-		slot->parked = NULL;
-		slot->num_parked = slot->cap_parked = 0;
-		slot->copying += num_parked;
-		pthread_cond_broadcast(&dev->cv);
-	}
-	while (!slot->active && slot->code == ST_OK)
-		if (pthread_cond_timedwait(&dev->cv, &dev->lock, &deadline) == ETIMEDOUT) {
-			slot->code = ST_DEADLINE_EXCEEDED;
-			snprintf(slot->message, sizeof(slot->message),
-			         "only %d of %d cores of host %d reached the collective",
-			         slot->arrived, dev->cores_per_host, dev->host_index);
-			pthread_cond_broadcast(&dev->cv);
-		}
-	bool go = slot->active;
-	pthread_mutex_unlock(&dev->lock);
-
-	for (int p = 0; p < num_parked; p++) {
-		struct status pst;
-		status_clear(&pst);
-		int rv = deliver_active(dev, s, slot, dp_request_header(parked[p]),
-		                        dp_request_payload(parked[p]), &pst);
-		dp_complete(parked[p], rv, pst.message);
-	}
-	free(parked);
-
-	int rv = ST_OK;
-	if (go && dev->backed)
-		for (int k = 0; k < dev->cores_per_host; k++)
-			scatter_shard(slot, slot->out[k], c->ordinal, in, 0, slot->shard_bytes);
-	if (go) {
-		struct dp_header h = {.step_id = s->id,
-		                      .collective = (uint32_t)s->coll_of_node[node],
-		                      .src_ordinal = (uint32_t)c->ordinal};
-		struct status sst;
-		rv = dp_send(dev->dp, s->remote_urls, s->num_remote, &h, dev->backed ? in : NULL,
-		             dev->backed ? (uint64_t)slot->shard_bytes : 0,
-		             (uint64_t)s->chunk_bytes, dev->window, s->timeout_ms, &sst);
-		if (rv != ST_OK)
-			status_set(st, rv, "%s", sst.message);
-	}
-
-	pthread_mutex_lock(&dev->lock);
-	slot->local_done++;
-	if (rv != ST_OK && slot->code == ST_OK) {
-		slot->code = rv;
-		snprintf(slot->message, sizeof(slot->message), "%s", st->message);
-	}
-	pthread_cond_broadcast(&dev->cv);
-	int remote_cores = dev->world_size - dev->cores_per_host;
-	int64_t expect_bytes = dev->backed ? (int64_t)remote_cores * slot->shard_bytes : 0;
-	while (slot->code == ST_OK &&
-	       !(slot->local_done == dev->cores_per_host && slot->recv_last == remote_cores &&
-	         slot->recv_bytes == expect_bytes)) {
-		if (pthread_cond_timedwait(&dev->cv, &dev->lock, &deadline) == ETIMEDOUT) {
-			char missing[512];
-			missing_sources(dev, slot, missing, sizeof(missing));
-			slot->code = ST_DEADLINE_EXCEEDED;
-			snprintf(slot->message, sizeof(slot->message),
-			         "collective did not complete within %d ms; no data from cores "
-			         "[%s]",
-			         s->timeout_ms, missing);
-			pthread_cond_broadcast(&dev->cv);
-		}
-	}
-	rv = slot->code;
-	if (rv != ST_OK)
-		status_set(st, rv, "all-gather (node %d) on core %d: %s", node, c->ordinal,
-		           slot->message);
+	int rv;
+	if (s == NULL || s->id != h->step_id)
+		rv = status_set(st, ST_FAILED_PRECONDITION, "host %d has no step %llu",
+		                dev->host_index, (unsigned long long)h->step_id);
+	else
+		rv = coll_enqueue_remote(dev, s, req, h, payload, st);
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
 }
@@ -573,8 +374,8 @@ static int run_core(struct device *dev, struct step *s, struct core *c, struct s
 		enum opcode op = s->ops[i];
 		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT)
 			continue;
-		if (op == OP_ALL_GATHER) {
-			int rv = run_all_gather(dev, s, c, (int)i, st);
+		if (opcode_is_collective(op)) {
+			int rv = coll_run(dev, s, c, (int)i, st);
 			if (rv != ST_OK)
 				return rv;
 			continue;
@@ -653,8 +454,39 @@ static int step_publish(struct device *dev, struct step *s, struct status *st)
 	return ST_OK;
 }
 
+/* Copies the per-core collective timings of a finished step into a. Lock held. */
+static int step_timings(struct device *dev, struct step *s, struct arena *a,
+                        Podemu__CollectiveTiming ***out, size_t *n, struct status *st)
+{
+	size_t total = (size_t)dev->cores_per_host * (size_t)s->num_colls;
+	Podemu__CollectiveTiming **list = arena_calloc(a, total + 1, sizeof(*list));
+	if (list == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	size_t k = 0;
+	for (size_t i = 0; i < s->prog->graph->n_nodes; i++) {
+		if (!opcode_is_collective(s->ops[i]))
+			continue;
+		for (int c = 0; c < dev->cores_per_host; c++) {
+			Podemu__CollectiveTiming *t = arena_alloc(a, sizeof(*t));
+			if (t == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			podemu__collective_timing__init(t);
+			t->node = (int32_t)i;
+			t->ordinal = dev->cores[c].ordinal;
+			t->micros = s->micros[c * s->num_colls + s->coll_of_node[i]];
+			t->algorithm =
+			    arena_strdup(a, s->sched[c][i] ? s->sched[c][i]->algorithm : "");
+			list[k++] = t;
+		}
+	}
+	*out = list;
+	*n = k;
+	return ST_OK;
+}
+
 int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
-               size_t n_release, struct status *st)
+               size_t n_release, struct arena *a, Podemu__CollectiveTiming ***timings,
+               size_t *n_timings, struct status *st)
 {
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
@@ -675,9 +507,11 @@ int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_aft
 			rv =
 			    status_set(st, s->core_status[c].code, "%s", s->core_status[c].message);
 	if (rv == ST_OK)
+		rv = step_timings(dev, s, a, timings, n_timings, st);
+	if (rv == ST_OK)
 		rv = step_publish(dev, s, st);
 	step_free_outputs(dev, s);
-	step_destroy(dev, s, ST_ABORTED, "step failed on the receiving host");
+	step_destroy(dev, s);
 	pthread_mutex_unlock(&dev->lock);
 	if (n_release > 0) {
 		struct status rst;

@@ -34,7 +34,8 @@ static int h_run(void *state, struct arena *a, const void *request, void *reply,
 	Podemu__MemoryStatsReply *rep = reply;
 	if (!ag->ready)
 		return not_ready(st);
-	int rv = device_run(&ag->dev, req->step_id, req->release_after, req->n_release_after, st);
+	int rv = device_run(&ag->dev, req->step_id, req->release_after, req->n_release_after, a,
+	                    &rep->timings, &rep->n_timings, st);
 	if (rv != ST_OK)
 		return rv;
 	return device_memory_stats(&ag->dev, a, -1, &rep->cores, &rep->n_cores, st);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "arena.h"
+#include "collective.h"
 #include "dtype.h"
 #include "graph.h"
 #include "podemu.pb-c.h"
@@ -42,6 +43,21 @@ struct pe_client {
 	uint64_t *release_after;
 	size_t num_release;
 	size_t cap_release;
+	/* The device mesh and every pe_groups made, which live as long as the client. */
+	struct arena *long_arena;
+	Podemu__MeshAxis **mesh;
+	size_t num_mesh;
+	/* The last step's collectives: node indices, timings, algorithms, scratch. */
+	int num_colls;
+	int64_t *coll_micros;
+	char **coll_algorithms;
+	int64_t *coll_scratch;
+};
+
+struct pe_groups {
+	const char *axis; /* a mesh axis, or NULL */
+	Podemu__ReplicaGroup **groups;
+	size_t num_groups;
 };
 
 static _Thread_local char connect_error[STATUS_MESSAGE_MAX + 64];
@@ -143,6 +159,8 @@ int pe_connect(pe_client **out, const char *url)
 		return PE_RESOURCE_EXHAUSTED;
 	}
 	int rv = rpc_client_open(&c->rpc, resolved, false, &st);
+	if (rv == ST_OK && (c->long_arena = arena_new()) == NULL)
+		rv = status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	if (rv == ST_OK && graph_reset(c) != ST_OK)
 		rv = status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	if (rv == ST_OK) {
@@ -165,6 +183,7 @@ int pe_connect(pe_client **out, const char *url)
 		         st.message);
 		rpc_client_close(c->rpc);
 		arena_free(c->graph_arena);
+		arena_free(c->long_arena);
 		free(c);
 		return rv;
 	}
@@ -190,9 +209,13 @@ void pe_disconnect(pe_client *c)
 	}
 	rpc_client_close(c->rpc);
 	arena_free(c->graph_arena);
+	arena_free(c->long_arena);
 	free(c->nodes);
 	free(c->shapes);
 	free(c->release_after);
+	free(c->coll_micros);
+	free(c->coll_algorithms);
+	free(c->coll_scratch);
 	free(c);
 }
 
@@ -269,8 +292,8 @@ static int node_add(pe_client *c, Podemu__Node *n)
 	struct status st;
 	struct shape shape;
 	c->nodes[c->num_nodes] = n;
-	if (graph_infer_node(&shape, c->nodes, c->num_nodes, c->shapes, c->world_size, &st) !=
-	    ST_OK) {
+	struct graph_env env = {c->world_size, c->mesh, c->num_mesh};
+	if (graph_infer_node(&shape, c->nodes, c->num_nodes, c->shapes, &env, &st) != ST_OK) {
 		fail_status(c, &st);
 		return -1;
 	}
@@ -647,17 +670,12 @@ int pe_optimization_barrier(pe_tensor **tensors, int n_tensors)
 	return PE_OK;
 }
 
+static pe_tensor *collective(pe_tensor *a, enum opcode op, const pe_groups *g, int dimension,
+                             int reduce, double scale);
+
 pe_tensor *pe_all_gather(pe_tensor *a, int dimension)
 {
-	if (a == NULL)
-		return NULL;
-	Podemu__Node *n = node_new(a->c, OP_ALL_GATHER);
-	if (n == NULL)
-		return NULL;
-	int64_t d = dimension;
-	n->dimensions = dims_copy(a->c, &d, 1);
-	n->n_dimensions = 1;
-	return unary(a, n);
+	return collective(a, OP_ALL_GATHER, NULL, dimension, 0, 0);
 }
 
 static int release_handles(pe_client *c, uint64_t *handles, size_t n)
@@ -670,6 +688,56 @@ static int release_handles(pe_client *c, uint64_t *handles, size_t n)
 	int rv = call(c, CM_RELEASE, &req, &a, &reply, CALL_TIMEOUT_MS);
 	arena_free(a);
 	return rv;
+}
+
+/* Keeps the step's per-collective timings (max over cores) for pe_last_step_collectives. */
+static void record_collectives(pe_client *c, const Podemu__StepReply *rep)
+{
+	int n = 0;
+	for (int i = 0; i < c->num_nodes; i++)
+		n += opcode_is_collective(opcode_parse(c->nodes[i]->opcode));
+	free(c->coll_micros);
+	free(c->coll_algorithms);
+	free(c->coll_scratch);
+	c->coll_micros = calloc((size_t)n + 1, sizeof(int64_t));
+	c->coll_algorithms = calloc((size_t)n + 1, sizeof(char *));
+	c->coll_scratch = calloc((size_t)n + 1, sizeof(int64_t));
+	c->num_colls = 0;
+	if (!c->coll_micros || !c->coll_algorithms || !c->coll_scratch)
+		return;
+	for (int i = 0, k = 0; i < c->num_nodes; i++) {
+		if (!opcode_is_collective(opcode_parse(c->nodes[i]->opcode)))
+			continue;
+		for (size_t t = 0; t < rep->n_timings; t++) {
+			const Podemu__CollectiveTiming *ct = rep->timings[t];
+			if (ct->node != i)
+				continue;
+			if (ct->micros > c->coll_micros[k])
+				c->coll_micros[k] = ct->micros;
+			if (c->coll_algorithms[k] == NULL)
+				c->coll_algorithms[k] = arena_strdup(c->long_arena, ct->algorithm);
+		}
+		if ((size_t)i < rep->n_node_scratch_bytes)
+			c->coll_scratch[k] = rep->node_scratch_bytes[i];
+		k++;
+	}
+	c->num_colls = n;
+}
+
+int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **algorithms, int max)
+{
+	for (int k = 0; k < c->num_colls && k < max; k++) {
+		if (micros)
+			micros[k] = c->coll_micros[k];
+		if (algorithms)
+			algorithms[k] = c->coll_algorithms[k] ? c->coll_algorithms[k] : "";
+	}
+	return c->num_colls;
+}
+
+int64_t pe_last_step_scratch_bytes(pe_client *c, int k)
+{
+	return k >= 0 && k < c->num_colls ? c->coll_scratch[k] : 0;
 }
 
 int pe_mark_step(pe_client *c)
@@ -703,6 +771,8 @@ int pe_mark_step(pe_client *c)
 	graph.n_nodes = (size_t)c->num_nodes;
 	graph.outputs = outputs;
 	graph.n_outputs = (size_t)num_outputs;
+	graph.mesh = c->mesh;
+	graph.n_mesh = c->num_mesh;
 	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
 	req.graph = &graph;
 	req.release_after = c->release_after;
@@ -718,6 +788,8 @@ int pe_mark_step(pe_client *c)
 		holders[i]->node = -1;
 		holders[i]->handle = rv == ST_OK ? rep->output_handles[i] : 0;
 	}
+	if (rv == ST_OK)
+		record_collectives(c, rep);
 	arena_free(a);
 	free(holders);
 	if (graph_reset(c) != ST_OK && rv == ST_OK)
@@ -879,4 +951,183 @@ int pe_memory_info_all(pe_client *c, pe_memory_info *out, int n)
 		return fail(c, ST_INVALID_ARGUMENT, "room for %d cores, the pod has %d", n,
 		            c->world_size);
 	return memory_call(c, -1, out, c->world_size);
+}
+
+pe_groups *pe_groups_parse(pe_client *c, const char *text)
+{
+	int64_t *ids;
+	int *sizes, n;
+	struct status st;
+	if (coll_groups_parse(text, &ids, &sizes, &n, &st) != ST_OK) {
+		fail_status(c, &st);
+		return NULL;
+	}
+	pe_groups *g = arena_alloc(c->long_arena, sizeof(*g));
+	if (g != NULL)
+		g->groups = arena_calloc(c->long_arena, (size_t)n, sizeof(*g->groups));
+	for (int k = 0, at = 0; g != NULL && g->groups != NULL && k < n; k++) {
+		Podemu__ReplicaGroup *rg = arena_alloc(c->long_arena, sizeof(*rg));
+		if (rg == NULL)
+			break;
+		podemu__replica_group__init(rg);
+		rg->replica_ids =
+		    arena_calloc(c->long_arena, (size_t)sizes[k] + 1, sizeof(int64_t));
+		if (rg->replica_ids == NULL)
+			break;
+		memcpy(rg->replica_ids, ids + at, (size_t)sizes[k] * sizeof(int64_t));
+		rg->n_replica_ids = (size_t)sizes[k];
+		at += sizes[k];
+		g->groups[g->num_groups++] = rg;
+	}
+	free(ids);
+	free(sizes);
+	if (g == NULL || g->num_groups != (size_t)n) {
+		fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		return NULL;
+	}
+	return g;
+}
+
+int pe_set_mesh(pe_client *c, const char *spec)
+{
+	char **names;
+	int64_t *sizes;
+	int n;
+	struct status st;
+	if (coll_mesh_parse(spec, &names, &sizes, &n, &st) != ST_OK)
+		return fail_status(c, &st);
+	int64_t product = 1;
+	for (int i = 0; i < n; i++)
+		product *= sizes[i];
+	int rv = ST_OK;
+	Podemu__MeshAxis **mesh = arena_calloc(c->long_arena, (size_t)n, sizeof(*mesh));
+	if (product != c->world_size)
+		rv = fail(c, ST_INVALID_ARGUMENT,
+		          "mesh '%s' has %lld devices but the pod has %d cores", spec,
+		          (long long)product, c->world_size);
+	for (int i = 0; rv == ST_OK && i < n; i++) {
+		if (mesh == NULL ||
+		    (mesh[i] = arena_alloc(c->long_arena, sizeof(**mesh))) == NULL) {
+			rv = fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			break;
+		}
+		podemu__mesh_axis__init(mesh[i]);
+		mesh[i]->name = arena_strdup(c->long_arena, names[i]);
+		mesh[i]->size = sizes[i];
+	}
+	if (rv == ST_OK) {
+		c->mesh = mesh;
+		c->num_mesh = (size_t)n;
+	}
+	coll_mesh_free(names, sizes, n);
+	return rv;
+}
+
+pe_groups *pe_groups_axis(pe_client *c, const char *axis)
+{
+	for (size_t i = 0; i < c->num_mesh; i++) {
+		if (strcmp(c->mesh[i]->name, axis) != 0)
+			continue;
+		pe_groups *g = arena_alloc(c->long_arena, sizeof(*g));
+		if (g == NULL || (g->axis = arena_strdup(c->long_arena, axis)) == NULL) {
+			fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			return NULL;
+		}
+		return g;
+	}
+	fail(c, ST_INVALID_ARGUMENT, "the mesh has no axis named '%s' (call pe_set_mesh first)",
+	     axis);
+	return NULL;
+}
+
+static void set_groups(Podemu__Node *n, const pe_groups *g)
+{
+	if (g == NULL)
+		return;
+	if (g->axis != NULL) {
+		n->mesh_axis = (char *)g->axis;
+		return;
+	}
+	n->replica_groups = g->groups;
+	n->n_replica_groups = g->num_groups;
+}
+
+static const char *const reduce_names[] = {"add", "multiply", "max", "min", "and", "or"};
+
+static pe_tensor *collective(pe_tensor *a, enum opcode op, const pe_groups *g, int dimension,
+                             int reduce, double scale)
+{
+	if (a == NULL)
+		return NULL;
+	if (reduce < 0 || reduce > PE_REDUCE_OR) {
+		fail(a->c, ST_INVALID_ARGUMENT, "%s: unknown reduction %d", opcode_name(op),
+		     reduce);
+		return NULL;
+	}
+	Podemu__Node *n = node_new(a->c, op);
+	if (n == NULL)
+		return NULL;
+	set_groups(n, g);
+	if (op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER) {
+		int64_t d = dimension;
+		n->dimensions = dims_copy(a->c, &d, 1);
+		n->n_dimensions = 1;
+	}
+	n->reducer = (char *)reduce_names[reduce];
+	n->scale = scale;
+	return unary(a, n);
+}
+
+pe_tensor *pe_all_gather_groups(pe_tensor *a, int dimension, const pe_groups *g)
+{
+	return collective(a, OP_ALL_GATHER, g, dimension, 0, 0);
+}
+
+pe_tensor *pe_all_reduce(pe_tensor *a, pe_reduce_op op, double scale, const pe_groups *g)
+{
+	return collective(a, OP_ALL_REDUCE, g, 0, (int)op, scale);
+}
+
+pe_tensor *pe_reduce_scatter(pe_tensor *a, pe_reduce_op op, int dimension, const pe_groups *g)
+{
+	return collective(a, OP_REDUCE_SCATTER, g, dimension, (int)op, 0);
+}
+
+pe_tensor *pe_all_to_all(pe_tensor *a, int split_dimension, int concat_dimension,
+                         const pe_groups *g)
+{
+	if (a == NULL)
+		return NULL;
+	Podemu__Node *n = node_new(a->c, OP_ALL_TO_ALL);
+	if (n == NULL)
+		return NULL;
+	set_groups(n, g);
+	n->split_dimension = split_dimension;
+	n->concat_dimension = concat_dimension;
+	/* The group size: every group of a valid set has the same size. */
+	n->split_count = a->c->world_size;
+	if (g != NULL && g->axis != NULL) {
+		for (size_t i = 0; i < a->c->num_mesh; i++)
+			if (strcmp(a->c->mesh[i]->name, g->axis) == 0)
+				n->split_count = a->c->mesh[i]->size;
+	} else if (g != NULL && g->num_groups > 0) {
+		n->split_count = (int64_t)g->groups[0]->n_replica_ids;
+	}
+	return unary(a, n);
+}
+
+pe_tensor *pe_collective_permute(pe_tensor *a, const int64_t *pairs, int num_pairs)
+{
+	if (a == NULL)
+		return NULL;
+	if (num_pairs < 0 || (num_pairs > 0 && pairs == NULL)) {
+		fail(a->c, ST_INVALID_ARGUMENT, "collective-permute: %d pairs", num_pairs);
+		return NULL;
+	}
+	Podemu__Node *n = node_new(a->c, OP_COLLECTIVE_PERMUTE);
+	if (n == NULL)
+		return NULL;
+	n->source_target_pairs = dims_copy(a->c, pairs, (size_t)num_pairs * 2);
+	n->n_source_target_pairs = (size_t)num_pairs * 2;
+	return unary(a, n);
 }

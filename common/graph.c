@@ -1,7 +1,10 @@
 #include "graph.h"
 
+#include "collective.h"
+
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const opcode_names[OP_COUNT] = {
@@ -24,7 +27,28 @@ static const char *const opcode_names[OP_COUNT] = {
     [OP_OPT_BARRIER] = "opt-barrier",
     [OP_GET_TUPLE_ELEMENT] = "get-tuple-element",
     [OP_ALL_GATHER] = "all-gather",
+    [OP_ALL_REDUCE] = "all-reduce",
+    [OP_REDUCE_SCATTER] = "reduce-scatter",
+    [OP_ALL_TO_ALL] = "all-to-all",
+    [OP_COLLECTIVE_PERMUTE] = "collective-permute",
 };
+
+static const char *const reducer_names[] = {"add", "multiply", "max", "min", "and", "or"};
+
+enum reducer reducer_parse(const char *name)
+{
+	if (name == NULL || name[0] == '\0')
+		return RED_ADD;
+	for (int i = 0; i < RED_INVALID; i++)
+		if (strcmp(name, reducer_names[i]) == 0)
+			return (enum reducer)i;
+	return RED_INVALID;
+}
+
+const char *reducer_name(enum reducer r)
+{
+	return r < RED_INVALID ? reducer_names[r] : "invalid";
+}
 
 const char *opcode_name(enum opcode op)
 {
@@ -43,7 +67,8 @@ enum opcode opcode_parse(const char *name)
 
 int opcode_is_collective(enum opcode op)
 {
-	return op == OP_ALL_GATHER;
+	return op == OP_ALL_GATHER || op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER ||
+	       op == OP_ALL_TO_ALL || op == OP_COLLECTIVE_PERMUTE;
 }
 
 int shape_from_proto(struct shape *out, const Podemu__Shape *p, struct status *st)
@@ -211,11 +236,8 @@ static int infer_concatenate(struct shape *out, const Podemu__Node *n, const str
 static int infer_reduce(struct shape *out, const Podemu__Node *n, const struct shape *in,
                         const char *label, struct status *st)
 {
-	static const char *const reducers[] = {"", "add", "max", "min", "multiply"};
-	bool known = n->reducer == NULL;
-	for (size_t i = 0; !known && i < sizeof(reducers) / sizeof(reducers[0]); i++)
-		known = strcmp(n->reducer, reducers[i]) == 0;
-	if (!known)
+	enum reducer r = reducer_parse(n->reducer);
+	if (r == RED_INVALID || r == RED_AND || r == RED_OR)
 		return status_set(st, ST_UNIMPLEMENTED,
 		                  "%s: reduce computation '%s' is not supported (add, max, min, "
 		                  "multiply)",
@@ -238,40 +260,122 @@ static int infer_reduce(struct shape *out, const Podemu__Node *n, const struct s
 	return ST_OK;
 }
 
-static int infer_all_gather(struct shape *out, const Podemu__Node *n, const struct shape *in,
-                            int world_size, const char *label, struct status *st)
+/* The reducer of a reducing collective, checked against the element type. */
+static int check_collective_reducer(const Podemu__Node *n, const struct shape *in,
+                                    const char *label, struct status *st)
 {
-	if (n->n_dimensions != 1 || n->dimensions[0] < 0 || n->dimensions[0] >= in->rank)
+	enum reducer r = reducer_parse(n->reducer);
+	if (r == RED_INVALID)
 		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "%s: all_gather_dimension must be one dimension of the rank-%d "
-		                  "operand",
-		                  label, in->rank);
-	if (n->n_replica_groups > 1 ||
-	    (n->n_replica_groups == 1 &&
-	     n->replica_groups[0]->n_replica_ids != (size_t)world_size)) {
-		return status_set(st, ST_UNIMPLEMENTED,
-		                  "%s: replica groups other than one group of all %d cores are "
-		                  "not supported yet",
-		                  label, world_size);
-	}
-	if (n->n_replica_groups == 1) {
-		for (int r = 0; r < world_size; r++)
-			if (n->replica_groups[0]->replica_ids[r] != r)
-				return status_set(
-				    st, ST_UNIMPLEMENTED,
-				    "%s: a single replica group must list replicas 0..%d in "
-				    "order",
-				    label, world_size - 1);
-	}
+		                  "%s: unknown reduction '%s' (add, multiply, max, min, and, or)",
+		                  label, n->reducer);
+	if ((r == RED_AND || r == RED_OR) && (in->dtype == DT_F32 || in->dtype == DT_BF16))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: reduction '%s' needs an integer or pred operand, not %s",
+		                  label, reducer_name(r), dtype_name(in->dtype));
+	if (r != RED_AND && r != RED_OR && in->dtype == DT_PRED)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: reduction '%s' on pred; use and / or", label,
+		                  reducer_name(r));
+	return ST_OK;
+}
+
+static int infer_collective(struct shape *out, enum opcode op, const Podemu__Node *n,
+                            const struct shape *in, const struct graph_env *env, const char *label,
+                            struct status *st)
+{
 	*out = *in;
+	if (op == OP_COLLECTIVE_PERMUTE) {
+		if (n->n_source_target_pairs % 2 != 0)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: source_target_pairs must come in pairs", label);
+		unsigned char *src = calloc((size_t)env->world_size, 1);
+		unsigned char *dst = calloc((size_t)env->world_size, 1);
+		int rv =
+		    src && dst ? ST_OK : status_set(st, ST_RESOURCE_EXHAUSTED, "out of memory");
+		for (size_t k = 0; rv == ST_OK && k < n->n_source_target_pairs; k += 2) {
+			int64_t s = n->source_target_pairs[k], t = n->source_target_pairs[k + 1];
+			if (s < 0 || s >= env->world_size || t < 0 || t >= env->world_size)
+				rv =
+				    status_set(st, ST_INVALID_ARGUMENT,
+				               "%s: source-target pair {%lld,%lld} names a replica "
+				               "outside [0, %d)",
+				               label, (long long)s, (long long)t, env->world_size);
+			else if (src[s]++)
+				rv = status_set(st, ST_INVALID_ARGUMENT,
+				                "%s: Source %lld appears more than once in "
+				                "instruction's source-target pairs",
+				                label, (long long)s);
+			else if (dst[t]++)
+				rv = status_set(st, ST_INVALID_ARGUMENT,
+				                "%s: Target %lld appears more than once in "
+				                "instruction's source-target pairs",
+				                label, (long long)t);
+		}
+		free(src);
+		free(dst);
+		return rv;
+	}
+	struct coll_groups g;
+	int rv = coll_groups_resolve(&g, n, env->mesh, env->n_mesh, env->world_size,
+	                             op == OP_ALL_REDUCE, label, st);
+	if (rv != ST_OK)
+		return rv;
+	int64_t size = g.uniform_size;
+	coll_groups_free(&g);
+	if (op == OP_ALL_REDUCE)
+		return check_collective_reducer(n, in, label, st);
+	if (in->rank < 1)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: needs an operand of rank >= 1",
+		                  label);
+	if (op == OP_ALL_TO_ALL) {
+		int64_t sd = n->split_dimension, cd = n->concat_dimension;
+		if (sd < 0 || sd >= in->rank || cd < 0 || cd >= in->rank)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: split_dimension %lld / concat_dimension %lld out of "
+			                  "range for rank %d",
+			                  label, (long long)sd, (long long)cd, in->rank);
+		if (n->split_count != size)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: split_count %lld must equal the replica group size "
+			                  "%lld",
+			                  label, (long long)n->split_count, (long long)size);
+		if (in->dims[sd] % size != 0)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s: AllToAll split dimension size %lld must be divisible "
+			    "by split_count %lld",
+			    label, (long long)in->dims[sd], (long long)size);
+		out->dims[sd] /= size;
+		if (!mul_overflow_i64(out->dims[cd], size, &out->dims[cd]))
+			return status_set(st, ST_INVALID_ARGUMENT, "%s: result size overflows",
+			                  label);
+		return shape_make(out, in->dtype, out->dims, in->rank, st);
+	}
+	if (n->n_dimensions != 1 || n->dimensions[0] < 0 || n->dimensions[0] >= in->rank)
+		return status_set(
+		    st, ST_INVALID_ARGUMENT, "%s: %s must be one dimension of the rank-%d operand",
+		    label, op == OP_ALL_GATHER ? "all_gather_dimension" : "scatter_dimension",
+		    in->rank);
 	int64_t d = n->dimensions[0];
-	if (!mul_overflow_i64(in->dims[d], world_size, &out->dims[d]))
+	if (op == OP_REDUCE_SCATTER) {
+		if ((rv = check_collective_reducer(n, in, label, st)) != ST_OK)
+			return rv;
+		if (in->dims[d] % size != 0)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: ReduceScatter operand scatter dimension size %lld "
+			                  "must be dividable by shard_count %lld.",
+			                  label, (long long)in->dims[d], (long long)size);
+		out->dims[d] /= size;
+		return ST_OK;
+	}
+	if (!mul_overflow_i64(in->dims[d], size, &out->dims[d]))
 		return status_set(st, ST_INVALID_ARGUMENT, "%s: gathered size overflows", label);
 	return shape_make(out, in->dtype, out->dims, in->rank, st);
 }
 
 int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
-                     const struct shape *shapes, int world_size, struct status *st)
+                     const struct shape *shapes, const struct graph_env *env, struct status *st)
 {
 	const Podemu__Node *n = nodes[index];
 	char label[160];
@@ -299,6 +403,10 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	    [OP_OPT_BARRIER] = -1,
 	    [OP_GET_TUPLE_ELEMENT] = 1,
 	    [OP_ALL_GATHER] = 1,
+	    [OP_ALL_REDUCE] = 1,
+	    [OP_REDUCE_SCATTER] = 1,
+	    [OP_ALL_TO_ALL] = 1,
+	    [OP_COLLECTIVE_PERMUTE] = 1,
 	};
 	if (arity[op] >= 0 && n->n_operands != (size_t)arity[op])
 		return status_set(st, ST_INVALID_ARGUMENT, "%s: expects %d operands, got %zu",
@@ -401,10 +509,11 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 		return ST_OK;
 	}
 	case OP_ALL_GATHER:
-		if (a->rank < 1)
-			return status_set(st, ST_INVALID_ARGUMENT,
-			                  "%s: all-gather needs an operand of rank >= 1", label);
-		return infer_all_gather(out, n, a, world_size, label, st);
+	case OP_ALL_REDUCE:
+	case OP_REDUCE_SCATTER:
+	case OP_ALL_TO_ALL:
+	case OP_COLLECTIVE_PERMUTE:
+		return infer_collective(out, op, n, a, env, label, st);
 	default:
 		return status_set(st, ST_UNIMPLEMENTED, "%s: not implemented", label);
 	}
@@ -412,10 +521,14 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 
 int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, struct status *st)
 {
+	struct graph_env env = {world_size, g->mesh, g->n_mesh};
+	for (size_t i = 0; i < g->n_mesh; i++)
+		if (g->mesh[i] == NULL || g->mesh[i]->name == NULL)
+			return status_set(st, ST_INVALID_ARGUMENT, "mesh axis %zu is empty", i);
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		if (g->nodes[i] == NULL)
 			return status_set(st, ST_INVALID_ARGUMENT, "node %zu is empty", i);
-		int rv = graph_infer_node(&shapes[i], g->nodes, (int)i, shapes, world_size, st);
+		int rv = graph_infer_node(&shapes[i], g->nodes, (int)i, shapes, &env, st);
 		if (rv != ST_OK)
 			return rv;
 		const Podemu__Shape *declared = g->nodes[i]->shape;

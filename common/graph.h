@@ -30,7 +30,25 @@ enum opcode {
 	OP_OPT_BARRIER,
 	OP_GET_TUPLE_ELEMENT,
 	OP_ALL_GATHER,
+	OP_ALL_REDUCE,
+	OP_REDUCE_SCATTER,
+	OP_ALL_TO_ALL,
+	OP_COLLECTIVE_PERMUTE,
 	OP_COUNT
+};
+
+/* Reduction computations ("to_apply") of reduce and the reducing collectives. */
+enum reducer { RED_ADD, RED_MULTIPLY, RED_MAX, RED_MIN, RED_AND, RED_OR, RED_INVALID };
+
+/* "" and "add" are RED_ADD; RED_INVALID when unknown. */
+enum reducer reducer_parse(const char *name);
+const char *reducer_name(enum reducer r);
+
+/* What shape inference needs besides the nodes: the core count and the device mesh. */
+struct graph_env {
+	int world_size;
+	Podemu__MeshAxis *const *mesh;
+	size_t n_mesh;
 };
 
 /* HLO spelling of an opcode, and back (OP_INVALID when unknown). */
@@ -44,12 +62,12 @@ int shape_from_proto(struct shape *out, const Podemu__Shape *p, struct status *s
 
 /*
  * Infers the result shape of nodes[index] from the shapes of earlier nodes (shapes[0..index)).
- * A parameter's shape is its declared shape. world_size is the number of cores the step runs
- * on (all-gather multiplies its dimension by it). On error INVALID_ARGUMENT (or UNIMPLEMENTED)
- * names the node, its opcode and the problem, in XLA's words where XLA has them.
+ * A parameter's shape is its declared shape. Collectives resolve their replica groups from env
+ * (all-gather multiplies its dimension by the group size). On error INVALID_ARGUMENT (or
+ * UNIMPLEMENTED) names the node, its opcode and the problem, in XLA's words where XLA has them.
  */
 int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
-                     const struct shape *shapes, int world_size, struct status *st);
+                     const struct shape *shapes, const struct graph_env *env, struct status *st);
 
 /*
  * Checks a whole graph: opcodes, operand indices (earlier nodes only), attributes, shapes

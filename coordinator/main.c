@@ -85,7 +85,8 @@ int main(int argc, char **argv)
 	};
 	const char *listen_url = "tcp://127.0.0.1:7460", *topology_name = NULL;
 	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
-	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000;
+	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
+	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
 	enum log_level level = LOG_INFO;
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -116,6 +117,12 @@ int main(int argc, char **argv)
 			break;
 		case 'B':
 			heartbeat_timeout = atoi(optarg);
+			break;
+		case 'A':
+			algo = optarg;
+			break;
+		case 'W':
+			window = atoi(optarg);
 			break;
 		case 'v':
 			level = LOG_DEBUG;
@@ -150,6 +157,13 @@ int main(int argc, char **argv)
 		rv = parse_size(&chunk, chunk_text, &st);
 	if (rv == ST_OK && (chunk < 4096 || chunk > (64 << 20)))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--chunk-bytes must be in [4K, 64M]");
+	if (rv == ST_OK && (window < 1 || window > 64))
+		rv = status_set(&st, ST_INVALID_ARGUMENT, "--window must be in [1, 64]");
+	if (rv == ST_OK && algo != NULL && algo[0] != '\0' && strcmp(algo, "ring") != 0 &&
+	    strcmp(algo, "direct") != 0 && strcmp(algo, "recursive-doubling") != 0)
+		rv = status_set(
+		    &st, ST_INVALID_ARGUMENT,
+		    "unknown collective algorithm '%s' (ring, direct, recursive-doubling)", algo);
 	if (rv == ST_OK && (collective_timeout < 100 || heartbeat_timeout < 100))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "timeouts must be at least 100 ms");
 	if (rv != ST_OK) {
@@ -167,6 +181,8 @@ int main(int argc, char **argv)
 	co.collective_timeout_ms = collective_timeout;
 	co.step_timeout_ms = collective_timeout + 600000;
 	co.agent_timeout_ms = 30000;
+	co.window = window;
+	co.collective_algorithm = algo;
 
 	struct rpc_server *server;
 	char bound[256];

@@ -60,14 +60,14 @@ static int64_t place_temps(struct temp *t, int n)
 }
 
 int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const struct shape *shapes,
-              const uint64_t *output_handles, struct status *st)
+              const uint64_t *output_handles, const int64_t *scratch, struct status *st)
 {
 	int n = (int)g->n_nodes;
 	memset(out, 0, sizeof(*out));
 	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *last = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *output_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	struct temp *temps = arena_calloc(a, (size_t)n + 1, sizeof(*temps));
+	struct temp *temps = arena_calloc(a, 2 * (size_t)n + 1, sizeof(*temps));
 	out->buffers = arena_calloc(a, (size_t)n + 1, sizeof(*out->buffers));
 	if (!root || !last || !output_of || !temps || !out->buffers)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -127,8 +127,13 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			    .node = i, .size = aligned(b->bytes), .first = i, .last = last[i]};
 		}
 	}
+	for (int i = 0; scratch != NULL && i < n; i++)
+		if (scratch[i] > 0)
+			temps[num_temps++] = (struct temp){
+			    .node = -1 - i, .size = aligned(scratch[i]), .first = i, .last = i};
 	out->temp_bytes = place_temps(temps, num_temps);
 	for (int t = 0; t < num_temps; t++)
-		out->buffers[temps[t].node]->offset = temps[t].offset;
+		if (temps[t].node >= 0)
+			out->buffers[temps[t].node]->offset = temps[t].offset;
 	return ST_OK;
 }

@@ -6,6 +6,7 @@
 
 #include "fanout.h"
 #include "graph.h"
+#include "lower.h"
 #include "log.h"
 #include "plan.h"
 #include "podemu.pb-c.h"
@@ -297,8 +298,15 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	if (rv != ST_OK)
 		return rv;
 
+	int64_t *scratch = arena_calloc(a, g->n_nodes, sizeof(int64_t));
+	if (scratch == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < g->n_nodes; i++)
+		if (opcode_is_collective(opcode_parse(g->nodes[i]->opcode)))
+			scratch[i] = lower_scratch_bytes(
+			    g->nodes[i], &shapes[g->nodes[i]->operands[0]], co->chunk_bytes);
 	struct plan plan;
-	if ((rv = plan_step(&plan, a, g, shapes, out_handles, st)) != ST_OK)
+	if ((rv = plan_step(&plan, a, g, shapes, out_handles, scratch, st)) != ST_OK)
 		return rv;
 	if ((rv = check_fits(co, &plan, st)) != ST_OK)
 		return rv;
@@ -310,6 +318,7 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	if (prog == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	podemu__program__init(prog);
+	prog->window = co->window;
 	prog->step_id = step_id;
 	prog->graph = g;
 	prog->buffers = plan.buffers;
@@ -324,10 +333,22 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 
 	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
 	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
-	const void **reqs = same_for_all(a, hosts, prog);
+	const void **reqs = arena_calloc(a, (size_t)hosts, sizeof(void *));
 	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
 	if (!replies || !sts || !reqs || !failed)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	/* Each host gets the same program with its own cores' collective schedules. */
+	for (int h = 0; h < hosts; h++) {
+		Podemu__Program *ph = arena_alloc(a, sizeof(*ph));
+		if (ph == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		*ph = *prog;
+		rv = lower_collectives(&ph->schedules, &ph->n_schedules, a, g, shapes, t, h,
+		                       co->collective_algorithm, st);
+		if (rv != ST_OK)
+			return rv;
+		reqs[h] = ph;
+	}
 	rv =
 	    fan_call(co, clients, AM_PREPARE_STEP, reqs, a, replies, sts, co->agent_timeout_ms, st);
 	if (rv != ST_OK) {
@@ -369,11 +390,21 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	rep->cores = arena_calloc(a, (size_t)world, sizeof(*rep->cores));
 	if (rep->cores == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	size_t n_timings = 0;
+	for (int h = 0; h < hosts; h++)
+		n_timings += ((Podemu__MemoryStatsReply *)replies[h])->n_timings;
+	rep->timings = arena_calloc(a, n_timings + 1, sizeof(*rep->timings));
+	if (rep->timings == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int h = 0; h < hosts; h++) {
 		Podemu__MemoryStatsReply *r = replies[h];
 		for (size_t k = 0; k < r->n_cores && rep->n_cores < (size_t)world; k++)
 			rep->cores[rep->n_cores++] = r->cores[k];
+		for (size_t k = 0; k < r->n_timings; k++)
+			rep->timings[rep->n_timings++] = r->timings[k];
 	}
+	rep->node_scratch_bytes = scratch;
+	rep->n_node_scratch_bytes = g->n_nodes;
 	pthread_mutex_lock(&co->reg.lock);
 	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)
 		rv = registry_add_handle(&co->reg, out_handles[k], &shapes[g->outputs[k]], st);

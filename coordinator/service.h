@@ -15,7 +15,9 @@ struct coordinator {
 	int64_t chunk_bytes;
 	int collective_timeout_ms;
 	int step_timeout_ms;
-	int agent_timeout_ms; /* for short agent calls */
+	int agent_timeout_ms;             /* for short agent calls */
+	int window;                       /* data-plane chunks in flight per peer */
+	const char *collective_algorithm; /* forced algorithm, or NULL to choose */
 };
 
 /* Handlers indexed by enum coordinator_method, with a struct coordinator as state. */

@@ -129,6 +129,58 @@ PE_API int pe_optimization_barrier(pe_tensor **tensors, int n);
 /* Gathers a along dimension from all cores, in ordinal order. */
 PE_API pe_tensor *pe_all_gather(pe_tensor *a, int dimension);
 
+/* ---- collectives over replica groups ---- */
+
+/* Reductions of the reducing collectives (XLA's to_apply computations). */
+typedef enum pe_reduce_op {
+	PE_REDUCE_SUM,
+	PE_REDUCE_PRODUCT,
+	PE_REDUCE_MAX,
+	PE_REDUCE_MIN,
+	PE_REDUCE_AND, /* integers and pred */
+	PE_REDUCE_OR,
+} pe_reduce_op;
+
+typedef struct pe_groups pe_groups;
+
+/*
+ * Replica groups in XLA's syntax, "{{0,1,2,3},{4,5,6,7}}" or the iota form "[2,4]<=[8]"; group
+ * order is concatenation order. NULL on a syntax error. The client owns the result (freed by
+ * pe_disconnect). Passing NULL groups to a collective means one group of every core.
+ */
+PE_API pe_groups *pe_groups_parse(pe_client *c, const char *text);
+/*
+ * Declares the device mesh, e.g. "data=4,model=2": ordinals enumerate it row-major, last axis
+ * fastest, so the fastest axes stay within a host. Its product must be the world size.
+ */
+PE_API int pe_set_mesh(pe_client *c, const char *spec);
+/* The groups of one mesh axis (the coordinator derives the replica groups). */
+PE_API pe_groups *pe_groups_axis(pe_client *c, const char *axis);
+
+PE_API pe_tensor *pe_all_gather_groups(pe_tensor *a, int dimension, const pe_groups *g);
+/* torch_xla's all_reduce: reduce over each group, then multiply by scale (1.0: none). */
+PE_API pe_tensor *pe_all_reduce(pe_tensor *a, pe_reduce_op op, double scale, const pe_groups *g);
+/* Reduce over each group and keep this core's shard of dimension (size / group size). */
+PE_API pe_tensor *pe_reduce_scatter(pe_tensor *a, pe_reduce_op op, int dimension,
+                                    const pe_groups *g);
+/* Split split_dimension into group-size pieces, send piece j to member j, concatenate the
+ * received pieces along concat_dimension (split_count is the group size). */
+PE_API pe_tensor *pe_all_to_all(pe_tensor *a, int split_dimension, int concat_dimension,
+                                const pe_groups *g);
+/* Send to targets: pairs = {source0, target0, source1, target1, ...}; a core that is no target
+ * gets zeros. */
+PE_API pe_tensor *pe_collective_permute(pe_tensor *a, const int64_t *pairs, int num_pairs);
+
+/*
+ * Per-collective timings of the last pe_mark_step: for the k-th collective of the step (in
+ * recording order), the longest time any core spent in it, in microseconds, and the algorithm
+ * the coordinator chose. Returns the number of collectives, or a negative pe_code.
+ */
+PE_API int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **algorithms,
+                                    int max);
+/* Collective scratch the last step reserved per core for its k-th collective, in bytes. */
+PE_API int64_t pe_last_step_scratch_bytes(pe_client *c, int k);
+
 /* ---- execution ---- */
 
 /*

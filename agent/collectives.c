@@ -1,0 +1,630 @@
+/*
+ * The collective executor: a core walks the schedule the coordinator compiled for it, phase by
+ * phase, posting chunks to its send peer (a local core's inbox, or a data-plane channel to a
+ * peer agent) and consuming chunks from its receive peer, with at most `window` chunks in
+ * flight per peer. It never decides anything the schedule does not say.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "log.h"
+#include "step.h"
+
+#define MAX_WINDOW 64
+
+struct run {
+	struct device *dev;
+	struct step *s;
+	struct core *c;
+	int node;
+	uint32_t coll;
+	unsigned char *in;
+	unsigned char *out;
+	int dtype;
+	enum reducer red;
+	uint32_t *send_tags;    /* [world] */
+	uint32_t *recv_tags;    /* [world] */
+	struct dp_chan **chans; /* [hosts] */
+	unsigned char *scratch; /* one chunk: the collective's accounted scratch */
+	unsigned char *pack;    /* one chunk: gathers strided blocks for sending */
+	struct timespec deadline;
+};
+
+static int64_t layout_len(const Podemu__BlockLayout *l)
+{
+	return l == NULL ? 0 : l->row_bytes * l->rows;
+}
+
+/* Bytes of a contiguous piece of layout l starting at sequence position pos. */
+static unsigned char *piece(unsigned char *base, const Podemu__BlockLayout *l, int64_t pos,
+                            int64_t len, int64_t *n)
+{
+	int64_t row = pos / l->row_bytes, within = pos % l->row_bytes;
+	*n = l->row_bytes - within < len ? l->row_bytes - within : len;
+	return base + l->offset + row * l->row_stride + within;
+}
+
+static void seq_write(unsigned char *base, const Podemu__BlockLayout *l, int64_t pos,
+                      const unsigned char *src, int64_t len)
+{
+	while (len > 0) {
+		int64_t n;
+		unsigned char *p = piece(base, l, pos, len, &n);
+		memcpy(p, src, (size_t)n);
+		src += n, pos += n, len -= n;
+	}
+}
+
+static void seq_read(unsigned char *dst, unsigned char *base, const Podemu__BlockLayout *l,
+                     int64_t pos, int64_t len)
+{
+	while (len > 0) {
+		int64_t n;
+		unsigned char *p = piece(base, l, pos, len, &n);
+		memcpy(dst, p, (size_t)n);
+		dst += n, pos += n, len -= n;
+	}
+}
+
+/* dst[i] = dst[i] (op) src[i] over n bytes of elements of dtype. */
+static void reduce_into(int dtype, enum reducer red, void *dst, const void *src, int64_t nbytes)
+{
+	int64_t n = nbytes / (int64_t)dtype_size(dtype);
+	if (dtype == DT_F32) {
+		float *d = dst;
+		const float *s = src;
+		switch (red) {
+		case RED_ADD:
+			for (int64_t i = 0; i < n; i++)
+				d[i] += s[i];
+			return;
+		case RED_MULTIPLY:
+			for (int64_t i = 0; i < n; i++)
+				d[i] *= s[i];
+			return;
+		case RED_MAX:
+			for (int64_t i = 0; i < n; i++)
+				d[i] = (isnan(d[i]) || d[i] > s[i]) ? d[i] : s[i];
+			return;
+		case RED_MIN:
+			for (int64_t i = 0; i < n; i++)
+				d[i] = (isnan(d[i]) || d[i] < s[i]) ? d[i] : s[i];
+			return;
+		default:
+			return;
+		}
+	}
+	if (dtype == DT_BF16) {
+		uint16_t *d = dst;
+		const uint16_t *s = src;
+		for (int64_t i = 0; i < n; i++) {
+			float x = kernel_bf16_to_f32(d[i]), y = kernel_bf16_to_f32(s[i]), r = x;
+			if (red == RED_ADD)
+				r = x + y;
+			else if (red == RED_MULTIPLY)
+				r = x * y;
+			else if (red == RED_MAX)
+				r = (isnan(x) || x > y) ? x : y;
+			else if (red == RED_MIN)
+				r = (isnan(x) || x < y) ? x : y;
+			d[i] = kernel_f32_to_bf16(r);
+		}
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		int64_t x, y, r;
+		switch (dtype) {
+		case DT_S32:
+			x = ((int32_t *)dst)[i], y = ((const int32_t *)src)[i];
+			break;
+		case DT_U32:
+			x = ((uint32_t *)dst)[i], y = ((const uint32_t *)src)[i];
+			break;
+		default:
+			x = ((uint8_t *)dst)[i], y = ((const uint8_t *)src)[i];
+			break;
+		}
+		switch (red) {
+		case RED_ADD:
+			r = x + y;
+			break;
+		case RED_MULTIPLY:
+			r = (int64_t)((uint64_t)x * (uint64_t)y);
+			break;
+		case RED_MAX:
+			r = x > y ? x : y;
+			break;
+		case RED_MIN:
+			r = x < y ? x : y;
+			break;
+		case RED_AND:
+			r = dtype == DT_PRED ? (x && y) : (x & y);
+			break;
+		default:
+			r = dtype == DT_PRED ? (x || y) : (x | y);
+			break;
+		}
+		switch (dtype) {
+		case DT_S32:
+			((int32_t *)dst)[i] = (int32_t)(uint32_t)(uint64_t)r;
+			break;
+		case DT_U32:
+			((uint32_t *)dst)[i] = (uint32_t)(uint64_t)r;
+			break;
+		case DT_PRED:
+			((uint8_t *)dst)[i] = r != 0;
+			break;
+		default:
+			((uint8_t *)dst)[i] = (uint8_t)(uint64_t)r;
+			break;
+		}
+	}
+}
+
+static void seq_reduce(int dtype, enum reducer red, unsigned char *base,
+                       const Podemu__BlockLayout *l, int64_t pos, const unsigned char *src,
+                       int64_t len)
+{
+	while (len > 0) {
+		int64_t n;
+		unsigned char *p = piece(base, l, pos, len, &n);
+		reduce_into(dtype, red, p, src, n);
+		src += n, pos += n, len -= n;
+	}
+}
+
+static int host_of(const struct run *r, int ordinal)
+{
+	return ordinal / r->dev->cores_per_host;
+}
+
+static bool is_local(const struct run *r, int ordinal)
+{
+	return host_of(r, ordinal) == r->dev->host_index;
+}
+
+/* Wakes cores waiting in coll_run (a data-plane completion or a delivery). */
+static void notify(void *arg)
+{
+	struct device *dev = arg;
+	pthread_mutex_lock(&dev->lock);
+	dev->events++;
+	pthread_cond_broadcast(&dev->cv);
+	pthread_mutex_unlock(&dev->lock);
+}
+
+static int get_chan(struct run *r, int ordinal, struct dp_chan **out, struct status *st)
+{
+	int h = host_of(r, ordinal);
+	if (r->chans[h] == NULL) {
+		int rv = dp_chan_open(&r->chans[h], r->dev->dp, r->s->prog->peer_data_urls[h],
+		                      r->s->window, r->s->timeout_ms, notify, r->dev, st);
+		if (rv != ST_OK)
+			return rv;
+	}
+	*out = r->chans[h];
+	return ST_OK;
+}
+
+/* Local posts of the phase in flight. */
+struct posts {
+	struct inbox_entry *e[MAX_WINDOW];
+	int n;
+};
+
+/* Frees the posts the receiver has consumed; returns how many are still out. Lock held. */
+static int reap_posts(struct posts *p)
+{
+	int k = 0;
+	for (int i = 0; i < p->n; i++) {
+		if (p->e[i]->done) {
+			free(p->e[i]->staged);
+			free(p->e[i]);
+		} else {
+			p->e[k++] = p->e[i];
+		}
+	}
+	p->n = k;
+	return k;
+}
+
+static void push_entry(struct step *s, int local, struct inbox_entry *e)
+{
+	struct inbox_entry **tail = &s->inbox[local];
+	while (*tail != NULL)
+		tail = &(*tail)->next;
+	e->next = NULL;
+	*tail = e;
+}
+
+/*
+ * Sends one chunk: `len` bytes at sequence position pos from data (contiguous) or, when data
+ * is NULL, gathered from layout l of buffer base; `covered` is what the chunk stands for.
+ */
+static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_t covered,
+                      const unsigned char *data, unsigned char *base, const Podemu__BlockLayout *l,
+                      int64_t len, bool stage, struct posts *posts, struct status *st)
+{
+	struct dp_header h = {.step_id = r->s->id,
+	                      .collective = r->coll,
+	                      .src_ordinal = (uint32_t)r->c->ordinal,
+	                      .dst_ordinal = (uint32_t)peer,
+	                      .tag = tag,
+	                      .offset = (uint64_t)pos,
+	                      .length = (uint64_t)len,
+	                      .covered = (uint64_t)covered};
+	if (data == NULL && len > 0) {
+		int64_t n;
+		unsigned char *p = piece(base, l, pos, len, &n);
+		if (n == len) {
+			data = p;
+		} else {
+			seq_read(r->pack, base, l, pos, len);
+			data = r->pack;
+			stage = true;
+		}
+	}
+	if (!is_local(r, peer)) {
+		struct dp_chan *ch;
+		int rv = get_chan(r, peer, &ch, st);
+		if (rv != ST_OK)
+			return rv;
+		struct dp_segment seg = {data, (size_t)len};
+		return dp_chan_send(ch, &h, &seg, len > 0 ? 1 : 0, st);
+	}
+	struct inbox_entry *e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	e->h = h;
+	e->payload = data;
+	if (stage && len > 0) {
+		e->staged = malloc((size_t)len);
+		if (e->staged == NULL) {
+			free(e);
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		}
+		memcpy(e->staged, data, (size_t)len);
+		e->payload = e->staged;
+	}
+	pthread_mutex_lock(&r->dev->lock);
+	push_entry(r->s, peer - r->dev->host_index * r->dev->cores_per_host, e);
+	posts->e[posts->n++] = e;
+	r->dev->events++;
+	pthread_cond_broadcast(&r->dev->cv);
+	pthread_mutex_unlock(&r->dev->lock);
+	return ST_OK;
+}
+
+static bool can_post(struct run *r, int peer, struct posts *posts)
+{
+	if (!is_local(r, peer)) {
+		struct dp_chan *ch = r->chans[host_of(r, peer)];
+		return ch == NULL || dp_chan_in_flight(ch) < r->s->window;
+	}
+	pthread_mutex_lock(&r->dev->lock);
+	int out = reap_posts(posts);
+	pthread_mutex_unlock(&r->dev->lock);
+	return out < r->s->window && out < MAX_WINDOW;
+}
+
+/* Takes the first queued chunk from src with tag (and, if below >= 0, ending at or below it). */
+static struct inbox_entry *take_entry(struct run *r, int src, uint32_t tag, int64_t below)
+{
+	struct inbox_entry **pp = &r->s->inbox[r->c->local];
+	for (; *pp != NULL; pp = &(*pp)->next) {
+		struct inbox_entry *e = *pp;
+		if (e->h.collective != r->coll || e->h.src_ordinal != (uint32_t)src ||
+		    e->h.tag != tag)
+			continue;
+		if (below >= 0 && (int64_t)(e->h.offset + e->h.covered) > below)
+			continue;
+		*pp = e->next;
+		return e;
+	}
+	return NULL;
+}
+
+/* Acknowledges a consumed chunk: to its agent, or to the local core that posted it. */
+static void ack_entry(struct run *r, struct inbox_entry *e, int code, const char *why)
+{
+	if (e->req != NULL) {
+		dp_complete(e->req, code, why);
+		free(e);
+		return;
+	}
+	pthread_mutex_lock(&r->dev->lock);
+	if (e->orphan) {
+		free(e->staged);
+		free(e);
+	} else {
+		e->done = 1;
+	}
+	r->dev->events++;
+	pthread_cond_broadcast(&r->dev->cv);
+	pthread_mutex_unlock(&r->dev->lock);
+}
+
+/* Checks a chunk against what the phase expects to receive. */
+static int check_chunk(const struct run *r, const struct inbox_entry *e, int64_t expect,
+                       struct status *st)
+{
+	bool backed = r->dev->backed;
+	if ((int64_t)e->h.offset < 0 || (int64_t)e->h.covered <= 0 ||
+	    (int64_t)(e->h.offset + e->h.covered) > expect ||
+	    (backed && e->h.length != e->h.covered) || (!backed && e->h.length != 0))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "chunk [%llu, +%llu) with %llu bytes from core %u does not fit "
+		                  "the %lld bytes core %d expects",
+		                  (unsigned long long)e->h.offset, (unsigned long long)e->h.covered,
+		                  (unsigned long long)e->h.length, e->h.src_ordinal,
+		                  (long long)expect, r->c->ordinal);
+	return ST_OK;
+}
+
+static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *st)
+{
+	struct device *dev = r->dev;
+	bool combine = ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD;
+	int64_t recv_len = 0, send_len = 0;
+	if (ph->recv_peer >= 0)
+		recv_len = combine ? layout_len(ph->send_block) : layout_len(ph->recv_block);
+	if (ph->send_peer >= 0)
+		send_len = combine ? recv_len : layout_len(ph->send_block);
+	if (combine && ph->recv_peer < 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "combine phase without a source");
+	uint32_t stag = send_len > 0 ? r->send_tags[ph->send_peer]++ : 0;
+	uint32_t rtag = recv_len > 0 ? r->recv_tags[ph->recv_peer]++ : 0;
+	unsigned char *send_base =
+	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
+	int64_t chunk = r->s->chunk_bytes;
+	int64_t sent = 0, recvd = 0, forwarded = 0;
+	struct posts posts = {.n = 0};
+	int rv = ST_OK;
+	for (;;) {
+		pthread_mutex_lock(&dev->lock);
+		uint64_t gen = dev->events;
+		pthread_mutex_unlock(&dev->lock);
+		int progress = 0;
+		while (rv == ST_OK && !combine && sent < send_len &&
+		       can_post(r, ph->send_peer, &posts)) {
+			int64_t len =
+			    dev->backed ? (send_len - sent < chunk ? send_len - sent : chunk) : 0;
+			int64_t covered = dev->backed ? len : send_len;
+			rv = post_chunk(r, ph->send_peer, stag, sent, covered, NULL, send_base,
+			                ph->send_block, len, ph->stage, &posts, st);
+			if (rv == DP_BUSY) {
+				rv = ST_OK;
+				break;
+			}
+			sent += covered;
+			progress = 1;
+		}
+		if (rv == ST_OK && recvd < recv_len &&
+		    (!combine || ph->send_peer < 0 || can_post(r, ph->send_peer, &posts))) {
+			pthread_mutex_lock(&dev->lock);
+			struct inbox_entry *e =
+			    take_entry(r, ph->recv_peer, rtag, ph->stage ? sent : -1);
+			pthread_mutex_unlock(&dev->lock);
+			if (e != NULL) {
+				rv = check_chunk(r, e, recv_len, st);
+				int64_t pos = (int64_t)e->h.offset, len = (int64_t)e->h.length;
+				if (rv == ST_OK && !combine && dev->backed) {
+					if (ph->reduce)
+						seq_reduce(r->dtype, r->red, r->out, ph->recv_block,
+						           pos, e->payload, len);
+					else
+						seq_write(r->out, ph->recv_block, pos, e->payload,
+						          len);
+				} else if (rv == ST_OK && combine) {
+					if (dev->backed) {
+						seq_read(r->scratch, r->in, ph->send_block, pos,
+						         len);
+						reduce_into(r->dtype, r->red, r->scratch,
+						            e->payload, len);
+					}
+					if (ph->send_peer >= 0) {
+						rv = post_chunk(r, ph->send_peer, stag, pos,
+						                (int64_t)e->h.covered,
+						                dev->backed ? r->scratch : NULL,
+						                NULL, NULL, len, true, &posts, st);
+						forwarded += (int64_t)e->h.covered;
+					} else if (dev->backed) {
+						seq_write(r->out, ph->recv_block, pos, r->scratch,
+						          len);
+					}
+				}
+				recvd += (int64_t)e->h.covered;
+				ack_entry(r, e, rv == ST_OK ? ST_OK : rv, st->message);
+				progress = 1;
+			}
+		}
+		if (rv == ST_OK && ph->send_peer >= 0 && !is_local(r, ph->send_peer) &&
+		    r->chans[host_of(r, ph->send_peer)] != NULL)
+			rv = dp_chan_error(r->chans[host_of(r, ph->send_peer)], st);
+		if (rv != ST_OK)
+			break;
+		bool sends_done =
+		    combine ? (ph->send_peer < 0 || forwarded == send_len) : sent == send_len;
+		if (sends_done && recvd == recv_len) {
+			pthread_mutex_lock(&dev->lock);
+			int out = reap_posts(&posts);
+			pthread_mutex_unlock(&dev->lock);
+			struct dp_chan *ch = ph->send_peer >= 0 && !is_local(r, ph->send_peer)
+			                         ? r->chans[host_of(r, ph->send_peer)]
+			                         : NULL;
+			if (out == 0 && (ch == NULL || dp_chan_in_flight(ch) == 0))
+				break;
+		}
+		if (progress)
+			continue;
+		pthread_mutex_lock(&dev->lock);
+		int timed_out = 0;
+		while (dev->events == gen && !timed_out)
+			timed_out =
+			    pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT;
+		pthread_mutex_unlock(&dev->lock);
+		if (timed_out) {
+			rv =
+			    status_set(st, ST_DEADLINE_EXCEEDED,
+			               "no progress within %d ms: received %lld of %lld bytes from "
+			               "core %d, sent %lld of %lld bytes to core %d",
+			               r->s->timeout_ms, (long long)recvd, (long long)recv_len,
+			               ph->recv_peer, (long long)(combine ? forwarded : sent),
+			               (long long)send_len, ph->send_peer);
+			break;
+		}
+	}
+	/* Posts a receiver has not consumed stay valid until it does; it frees them. */
+	pthread_mutex_lock(&dev->lock);
+	reap_posts(&posts);
+	for (int i = 0; i < posts.n; i++)
+		posts.e[i]->orphan = 1;
+	pthread_mutex_unlock(&dev->lock);
+	return rv;
+}
+
+static void local_phase(struct run *r, const Podemu__CollPhase *ph)
+{
+	if (!r->dev->backed)
+		return;
+	const Podemu__BlockLayout *dst = ph->recv_block;
+	int64_t len = layout_len(dst);
+	if (ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
+		for (int64_t pos = 0; pos < len;) {
+			int64_t n;
+			unsigned char *p = piece(r->out, dst, pos, len - pos, &n);
+			memset(p, 0, (size_t)n);
+			pos += n;
+		}
+		return;
+	}
+	unsigned char *src = ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
+	for (int64_t pos = 0; pos < len;) {
+		int64_t n;
+		unsigned char *p = piece(src, ph->send_block, pos, len - pos, &n);
+		seq_write(r->out, dst, pos, p, n);
+		pos += n;
+	}
+}
+
+static void apply_scale(struct run *r, const struct shape *s, double scale)
+{
+	if (!r->dev->backed || scale == 0 || scale == 1)
+		return;
+	int64_t n = shape_elements(s);
+	if (s->dtype == DT_F32) {
+		float *o = (float *)r->out;
+		for (int64_t i = 0; i < n; i++)
+			o[i] = (float)(o[i] * scale);
+	} else if (s->dtype == DT_BF16) {
+		uint16_t *o = (uint16_t *)r->out;
+		for (int64_t i = 0; i < n; i++)
+			o[i] = kernel_f32_to_bf16((float)(kernel_bf16_to_f32(o[i]) * scale));
+	}
+}
+
+int coll_run(struct device *dev, struct step *s, struct core *c, int node, struct status *st)
+{
+	const Podemu__CollectiveSchedule *sched = s->sched[c->local][node];
+	const Podemu__Node *n = s->prog->graph->nodes[node];
+	if (sched == NULL)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s (node %d): no schedule for core %d",
+		                  n->opcode, node, c->ordinal);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct run r = {.dev = dev,
+	                .s = s,
+	                .c = c,
+	                .node = node,
+	                .coll = (uint32_t)s->coll_of_node[node],
+	                .in = core_ptr(c, s, n->operands[0]),
+	                .out = core_ptr(c, s, node),
+	                .dtype = s->shapes[node].dtype,
+	                .red = reducer_parse(n->reducer)};
+	clock_gettime(CLOCK_REALTIME, &r.deadline);
+	r.deadline.tv_sec += s->timeout_ms / 1000;
+	r.deadline.tv_nsec += (long)(s->timeout_ms % 1000) * 1000000;
+	if (r.deadline.tv_nsec >= 1000000000) {
+		r.deadline.tv_sec++;
+		r.deadline.tv_nsec -= 1000000000;
+	}
+	r.send_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
+	r.recv_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
+	r.chans = calloc((size_t)dev->num_hosts, sizeof(*r.chans));
+	if (dev->backed) {
+		r.scratch = malloc((size_t)s->chunk_bytes);
+		r.pack = malloc((size_t)s->chunk_bytes);
+	}
+	int rv = ST_OK;
+	if (!r.send_tags || !r.recv_tags || !r.chans || (dev->backed && (!r.scratch || !r.pack)))
+		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t k = 0; k < sched->n_phases && rv == ST_OK; k++) {
+		const Podemu__CollPhase *ph = sched->phases[k];
+		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
+		    ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO)
+			local_phase(&r, ph);
+		else
+			rv = run_phase(&r, ph, st);
+	}
+	if (rv == ST_OK && opcode_parse(n->opcode) == OP_ALL_REDUCE)
+		apply_scale(&r, &s->shapes[node], n->scale);
+	for (int h = 0; r.chans != NULL && h < dev->num_hosts; h++)
+		dp_chan_close(r.chans[h]);
+	free(r.send_tags);
+	free(r.recv_tags);
+	free(r.chans);
+	free(r.scratch);
+	free(r.pack);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s->micros[c->local * s->num_colls + s->coll_of_node[node]] =
+	    (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+	if (rv != ST_OK)
+		status_set(st, rv, "%s (node %d, %s) on core %d: %s", n->opcode, node,
+		           sched->algorithm, c->ordinal, st->message);
+	return rv;
+}
+
+int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *req,
+                        const struct dp_header *h, const void *payload, struct status *st)
+{
+	int local = (int)h->dst_ordinal - dev->host_index * dev->cores_per_host;
+	if (h->collective >= (uint32_t)s->num_colls)
+		return status_set(st, ST_INVALID_ARGUMENT, "step %llu has no collective %u",
+		                  (unsigned long long)h->step_id, h->collective);
+	if (local < 0 || local >= dev->cores_per_host ||
+	    h->src_ordinal >= (uint32_t)dev->world_size)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "chunk from core %u to core %u: not a core of host %d",
+		                  h->src_ordinal, h->dst_ordinal, dev->host_index);
+	struct inbox_entry *e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	e->h = *h;
+	e->payload = payload;
+	e->req = req;
+	push_entry(s, local, e);
+	dev->events++;
+	pthread_cond_broadcast(&dev->cv);
+	return DP_PARKED;
+}
+
+void coll_step_cleanup(struct device *dev, struct step *s)
+{
+	for (int c = 0; s->inbox != NULL && c < dev->cores_per_host; c++) {
+		struct inbox_entry *e = s->inbox[c];
+		while (e != NULL) {
+			struct inbox_entry *next = e->next;
+			if (e->req != NULL)
+				dp_complete(e->req, ST_ABORTED, "the receiving step ended");
+			free(e->staged);
+			free(e);
+			e = next;
+		}
+		s->inbox[c] = NULL;
+	}
+}

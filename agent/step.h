@@ -1,0 +1,53 @@
+/* A step on one host, shared by the step lifecycle (exec.c) and the collectives (collectives.c). */
+#ifndef PODEMU_STEP_H
+#define PODEMU_STEP_H
+
+#include "device.h"
+#include "graph.h"
+
+/* A chunk waiting for the core it is addressed to. */
+struct inbox_entry {
+	struct inbox_entry *next;
+	struct dp_header h;
+	const void *payload;
+	struct dp_request *req; /* from a peer agent: acknowledged with dp_complete */
+	void *staged;           /* from a local core: its private copy (or NULL) */
+	int done;               /* local: the receiver consumed it */
+	int orphan;             /* local: the sender gave up; the receiver frees it */
+};
+
+struct step {
+	uint64_t id;
+	struct arena *arena;
+	Podemu__Program *prog;
+	struct shape *shapes;
+	enum opcode *ops;
+	int64_t **offsets; /* [core][node]: heap offset of the node's value, -1 when none */
+	const Podemu__CollectiveSchedule ***sched; /* [core][node] */
+	int *coll_of_node;
+	int num_colls;
+	int timeout_ms;
+	int64_t chunk_bytes;
+	int window;
+	bool running;
+	int done_cores;
+	struct status *core_status;
+	struct inbox_entry **inbox; /* [core] */
+	int64_t *micros;            /* [core * num_colls] */
+};
+
+static inline void *core_ptr(struct core *c, struct step *s, int node)
+{
+	int64_t off = s->offsets[c->local][node];
+	return off < 0 ? NULL : hbm_ptr(&c->heap, off);
+}
+
+/* Runs core c's schedule for collective node `node` of s. */
+int coll_run(struct device *dev, struct step *s, struct core *c, int node, struct status *st);
+/* Queues a chunk from a peer agent for its core (lock held by the caller). */
+int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *req,
+                        const struct dp_header *h, const void *payload, struct status *st);
+/* Answers and frees every chunk still queued when the step ends (lock held). */
+void coll_step_cleanup(struct device *dev, struct step *s);
+
+#endif

@@ -1,0 +1,317 @@
+#include "lower.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective.h"
+#include "graph.h"
+
+/* Builds the phases of one core; every phase and layout comes from the arena. */
+struct builder {
+	struct arena *a;
+	Podemu__CollPhase **phases;
+	size_t n;
+	size_t cap;
+	int failed;
+};
+
+static Podemu__BlockLayout *layout(struct builder *b, int64_t offset, int64_t row_bytes,
+                                   int64_t row_stride, int64_t rows)
+{
+	Podemu__BlockLayout *l = arena_alloc(b->a, sizeof(*l));
+	if (l == NULL) {
+		b->failed = 1;
+		return NULL;
+	}
+	podemu__block_layout__init(l);
+	l->offset = offset;
+	l->row_bytes = row_bytes;
+	l->row_stride = row_stride;
+	l->rows = rows;
+	return l;
+}
+
+/* The whole buffer as one run. */
+static Podemu__BlockLayout *whole(struct builder *b, const struct shape *s)
+{
+	int64_t bytes = shape_bytes(s);
+	return layout(b, 0, bytes, bytes, 1);
+}
+
+/* Block `k` of n when s is split evenly along dimension d. */
+static Podemu__BlockLayout *split_block(struct builder *b, const struct shape *s, int d, int n,
+                                        int k)
+{
+	int64_t inner = (int64_t)dtype_size(s->dtype), outer = 1;
+	for (int i = d + 1; i < s->rank; i++)
+		inner *= s->dims[i];
+	for (int i = 0; i < d; i++)
+		outer *= s->dims[i];
+	int64_t full = s->dims[d] * inner, part = full / n;
+	return layout(b, (int64_t)k * part, part, full, outer);
+}
+
+/* Block `k` of n of the flat element sequence, sizes differing by at most one element. */
+static Podemu__BlockLayout *flat_block(struct builder *b, const struct shape *s, int n, int k)
+{
+	int64_t es = (int64_t)dtype_size(s->dtype), elems = shape_elements(s);
+	int64_t base = elems / n, rem = elems % n;
+	int64_t start = k * base + (k < rem ? k : rem), count = base + (k < rem);
+	return layout(b, start * es, count * es, count * es, 1);
+}
+
+static Podemu__CollPhase *phase(struct builder *b, Podemu__PhaseKind kind)
+{
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 8;
+		Podemu__CollPhase **p = arena_calloc(b->a, cap, sizeof(*p));
+		if (p == NULL) {
+			b->failed = 1;
+			return NULL;
+		}
+		if (b->n)
+			memcpy(p, b->phases, b->n * sizeof(*p));
+		b->phases = p;
+		b->cap = cap;
+	}
+	Podemu__CollPhase *ph = arena_alloc(b->a, sizeof(*ph));
+	if (ph == NULL) {
+		b->failed = 1;
+		return NULL;
+	}
+	podemu__coll_phase__init(ph);
+	ph->kind = kind;
+	ph->send_peer = -1;
+	ph->recv_peer = -1;
+	b->phases[b->n++] = ph;
+	return ph;
+}
+
+static void copy_phase(struct builder *b, Podemu__CollBuffer from, Podemu__BlockLayout *src,
+                       Podemu__BlockLayout *dst)
+{
+	Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_COPY);
+	if (ph == NULL)
+		return;
+	ph->send_buffer = from;
+	ph->send_block = src;
+	ph->recv_block = dst;
+}
+
+static Podemu__CollPhase *exchange(struct builder *b, int send_peer, Podemu__CollBuffer from,
+                                   Podemu__BlockLayout *src, int recv_peer,
+                                   Podemu__BlockLayout *dst, int reduce)
+{
+	Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_EXCHANGE);
+	if (ph == NULL)
+		return NULL;
+	ph->send_peer = send_peer;
+	ph->send_buffer = from;
+	ph->send_block = src;
+	ph->recv_peer = recv_peer;
+	ph->recv_block = dst;
+	ph->reduce = reduce;
+	return ph;
+}
+
+#define MOD(x, n) ((((x) % (n)) + (n)) % (n))
+#define IN PODEMU__COLL_BUFFER__COLL_INPUT
+#define OUT PODEMU__COLL_BUFFER__COLL_OUTPUT
+
+static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
+                       const struct shape *in, const struct shape *out, int direct)
+{
+	copy_phase(b, IN, whole(b, in), split_block(b, out, d, n, p));
+	if (direct) {
+		for (int k = 1; k < n; k++)
+			exchange(b, (int)m[MOD(p + k, n)], IN, whole(b, in), (int)m[MOD(p - k, n)],
+			         split_block(b, out, d, n, MOD(p - k, n)), 0);
+		return;
+	}
+	for (int s = 0; s < n - 1; s++)
+		exchange(b, (int)m[MOD(p + 1, n)], OUT, split_block(b, out, d, n, MOD(p - s, n)),
+		         (int)m[MOD(p - 1, n)], split_block(b, out, d, n, MOD(p - s - 1, n)), 0);
+}
+
+static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, int d,
+                           const struct shape *in, const struct shape *out)
+{
+	if (n == 1) {
+		copy_phase(b, IN, whole(b, in), whole(b, out));
+		return;
+	}
+	/* Partial sums travel the ring; each core adds its block and passes it on. */
+	exchange(b, (int)m[MOD(p + 1, n)], IN, split_block(b, in, d, n, MOD(p - 1, n)), -1, NULL,
+	         0);
+	for (int s = 1; s < n; s++) {
+		Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD);
+		if (ph == NULL)
+			return;
+		ph->recv_peer = (int)m[MOD(p - 1, n)];
+		ph->send_peer = s < n - 1 ? (int)m[MOD(p + 1, n)] : -1;
+		ph->send_buffer = IN;
+		ph->send_block = split_block(b, in, d, n, MOD(p - s - 1, n));
+		ph->recv_block = whole(b, out);
+	}
+}
+
+static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const struct shape *in,
+                       int doubling)
+{
+	copy_phase(b, IN, whole(b, in), whole(b, in));
+	if (n == 1)
+		return;
+	if (doubling) {
+		for (int bit = 1; bit < n; bit <<= 1) {
+			Podemu__CollPhase *ph = exchange(b, (int)m[p ^ bit], OUT, whole(b, in),
+			                                 (int)m[p ^ bit], whole(b, in), 1);
+			if (ph != NULL)
+				ph->stage = 1;
+		}
+		return;
+	}
+	for (int s = 0; s < n - 1; s++)
+		exchange(b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p - s, n)),
+		         (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s - 1, n)), 1);
+	for (int s = 0; s < n - 1; s++)
+		exchange(b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p + 1 - s, n)),
+		         (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s, n)), 0);
+}
+
+static void all_to_all(struct builder *b, const int64_t *m, int n, int p, int sd, int cd,
+                       const struct shape *in, const struct shape *out)
+{
+	copy_phase(b, IN, split_block(b, in, sd, n, p), split_block(b, out, cd, n, p));
+	for (int k = 1; k < n; k++)
+		exchange(b, (int)m[MOD(p + k, n)], IN, split_block(b, in, sd, n, MOD(p + k, n)),
+		         (int)m[MOD(p - k, n)], split_block(b, out, cd, n, MOD(p - k, n)), 0);
+}
+
+static void permute(struct builder *b, const Podemu__Node *node, int me, const struct shape *in)
+{
+	int source = -1, target = -1;
+	for (size_t k = 0; k + 1 < node->n_source_target_pairs; k += 2) {
+		if (node->source_target_pairs[k] == me)
+			target = (int)node->source_target_pairs[k + 1];
+		if (node->source_target_pairs[k + 1] == me)
+			source = (int)node->source_target_pairs[k];
+	}
+	if (source == me) {
+		copy_phase(b, IN, whole(b, in), whole(b, in));
+		if (target != me && target >= 0)
+			exchange(b, target, IN, whole(b, in), -1, NULL, 0);
+		return;
+	}
+	if (source < 0) {
+		Podemu__CollPhase *z = phase(b, PODEMU__PHASE_KIND__PHASE_ZERO);
+		if (z != NULL)
+			z->recv_block = whole(b, in);
+	}
+	if (source >= 0 || target >= 0)
+		exchange(b, target, IN, whole(b, in), source, source >= 0 ? whole(b, in) : NULL, 0);
+}
+
+int64_t lower_scratch_bytes(const Podemu__Node *n, const struct shape *in, int64_t chunk_bytes)
+{
+	enum opcode op = opcode_parse(n->opcode);
+	if (op != OP_ALL_REDUCE && op != OP_REDUCE_SCATTER)
+		return 0;
+	int64_t bytes = shape_bytes(in);
+	return bytes < chunk_bytes ? bytes : chunk_bytes;
+}
+
+static const char *choose(enum opcode op, int n, int64_t bytes, const char *forced)
+{
+	int pow2 = n > 0 && (n & (n - 1)) == 0;
+	if (forced != NULL && forced[0] != '\0') {
+		if (strcmp(forced, "recursive-doubling") == 0 && op == OP_ALL_REDUCE && pow2)
+			return "recursive-doubling";
+		if (strcmp(forced, "direct") == 0 && op == OP_ALL_GATHER)
+			return "direct";
+		if (strcmp(forced, "ring") == 0 &&
+		    (op == OP_ALL_GATHER || op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER))
+			return "ring";
+	}
+	switch (op) {
+	case OP_ALL_REDUCE:
+		return pow2 && n > 1 && bytes <= LOWER_SMALL_ALL_REDUCE_BYTES ? "recursive-doubling"
+		                                                              : "ring";
+	case OP_ALL_TO_ALL:
+	case OP_COLLECTIVE_PERMUTE:
+		return "direct";
+	default:
+		return "ring";
+	}
+}
+
+int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
+                      const Podemu__Graph *g, const struct shape *shapes, const struct topology *t,
+                      int host, const char *forced_algorithm, struct status *st)
+{
+	int world = topology_world_size(t), cph = t->cores_per_host;
+	size_t count = 0;
+	for (size_t i = 0; i < g->n_nodes; i++)
+		count += opcode_is_collective(opcode_parse(g->nodes[i]->opcode)) ? (size_t)cph : 0;
+	Podemu__CollectiveSchedule **list = arena_calloc(a, count + 1, sizeof(*list));
+	if (list == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	size_t at = 0;
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const Podemu__Node *node = g->nodes[i];
+		enum opcode op = opcode_parse(node->opcode);
+		if (!opcode_is_collective(op))
+			continue;
+		const struct shape *in = &shapes[node->operands[0]], *res = &shapes[i];
+		struct coll_groups groups = {0};
+		char label[64];
+		snprintf(label, sizeof(label), "%s (node %zu)", node->opcode, i);
+		if (op != OP_COLLECTIVE_PERMUTE) {
+			int rv = coll_groups_resolve(&groups, node, g->mesh, g->n_mesh, world,
+			                             op == OP_ALL_REDUCE, label, st);
+			if (rv != ST_OK)
+				return rv;
+		}
+		for (int c = 0; c < cph; c++) {
+			int me = host * cph + c;
+			struct builder b = {.a = a};
+			const char *algo = "direct";
+			if (op == OP_COLLECTIVE_PERMUTE) {
+				permute(&b, node, me, in);
+			} else {
+				int gi = groups.group_of[me], n = groups.size[gi];
+				int p = groups.position_of[me];
+				const int64_t *m = groups.ids + groups.start[gi];
+				algo = choose(op, n, shape_bytes(in), forced_algorithm);
+				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
+				if (op == OP_ALL_GATHER)
+					all_gather(&b, m, n, p, d, in, res,
+					           strcmp(algo, "direct") == 0);
+				else if (op == OP_REDUCE_SCATTER)
+					reduce_scatter(&b, m, n, p, d, in, res);
+				else if (op == OP_ALL_REDUCE)
+					all_reduce(&b, m, n, p, in,
+					           strcmp(algo, "recursive-doubling") == 0);
+				else
+					all_to_all(&b, m, n, p, (int)node->split_dimension,
+					           (int)node->concat_dimension, in, res);
+			}
+			Podemu__CollectiveSchedule *s = arena_alloc(a, sizeof(*s));
+			if (b.failed || s == NULL) {
+				coll_groups_free(&groups);
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			}
+			podemu__collective_schedule__init(s);
+			s->node = (int32_t)i;
+			s->ordinal = me;
+			s->algorithm = (char *)algo;
+			s->phases = b.phases;
+			s->n_phases = b.n;
+			list[at++] = s;
+		}
+		coll_groups_free(&groups);
+	}
+	*out = list;
+	*n_out = at;
+	return ST_OK;
+}
