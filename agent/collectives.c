@@ -15,8 +15,6 @@
 #include "log.h"
 #include "step.h"
 
-#define MAX_WINDOW 64
-
 struct run {
 	struct device *dev;
 	struct step *s;
@@ -33,6 +31,10 @@ struct run {
 	unsigned char *scratch; /* one chunk: the collective's accounted scratch */
 	unsigned char *pack;    /* one chunk: gathers strided blocks for sending */
 	struct timespec deadline;
+	/* Chunks posted to local cores and not consumed yet (they may outlive a phase). */
+	struct inbox_entry **posts;
+	int num_posts;
+	int cap_posts;
 };
 
 static int64_t layout_len(const Podemu__BlockLayout *l)
@@ -211,26 +213,22 @@ static int get_chan(struct run *r, int ordinal, struct dp_chan **out, struct sta
 	return ST_OK;
 }
 
-/* Local posts of the phase in flight. */
-struct posts {
-	struct inbox_entry *e[MAX_WINDOW];
-	int n;
-};
-
-/* Frees the posts the receiver has consumed; returns how many are still out. Lock held. */
-static int reap_posts(struct posts *p)
+/* Frees the posts the receivers consumed; returns how many to `peer` (-1: any) are out. */
+static int reap_posts(struct run *r, int peer)
 {
-	int k = 0;
-	for (int i = 0; i < p->n; i++) {
-		if (p->e[i]->done) {
-			free(p->e[i]->staged);
-			free(p->e[i]);
-		} else {
-			p->e[k++] = p->e[i];
+	int k = 0, out = 0;
+	for (int i = 0; i < r->num_posts; i++) {
+		struct inbox_entry *e = r->posts[i];
+		if (e->done) {
+			free(e->staged);
+			free(e);
+			continue;
 		}
+		r->posts[k++] = e;
+		out += peer < 0 || e->h.dst_ordinal == (uint32_t)peer;
 	}
-	p->n = k;
-	return k;
+	r->num_posts = k;
+	return out;
 }
 
 static void push_entry(struct step *s, int local, struct inbox_entry *e)
@@ -248,7 +246,8 @@ static void push_entry(struct step *s, int local, struct inbox_entry *e)
  */
 static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_t covered,
                       const unsigned char *data, unsigned char *base, const Podemu__BlockLayout *l,
-                      int64_t len, bool stage, struct posts *posts, struct status *st)
+                      int64_t len, bool stage, struct status *st)
+
 {
 	struct dp_header h = {.step_id = r->s->id,
 	                      .collective = r->coll,
@@ -277,6 +276,14 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 		struct dp_segment seg = {data, (size_t)len};
 		return dp_chan_send(ch, &h, &seg, len > 0 ? 1 : 0, st);
 	}
+	if (r->num_posts == r->cap_posts) {
+		int cap = r->cap_posts ? r->cap_posts * 2 : 16;
+		struct inbox_entry **p = realloc(r->posts, (size_t)cap * sizeof(*p));
+		if (p == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		r->posts = p;
+		r->cap_posts = cap;
+	}
 	struct inbox_entry *e = calloc(1, sizeof(*e));
 	if (e == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -293,23 +300,23 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 	}
 	pthread_mutex_lock(&r->dev->lock);
 	push_entry(r->s, peer - r->dev->host_index * r->dev->cores_per_host, e);
-	posts->e[posts->n++] = e;
+	r->posts[r->num_posts++] = e;
 	r->dev->events++;
 	pthread_cond_broadcast(&r->dev->cv);
 	pthread_mutex_unlock(&r->dev->lock);
 	return ST_OK;
 }
 
-static bool can_post(struct run *r, int peer, struct posts *posts)
+static bool can_post(struct run *r, int peer)
 {
 	if (!is_local(r, peer)) {
 		struct dp_chan *ch = r->chans[host_of(r, peer)];
 		return ch == NULL || dp_chan_in_flight(ch) < r->s->window;
 	}
 	pthread_mutex_lock(&r->dev->lock);
-	int out = reap_posts(posts);
+	int out = reap_posts(r, peer);
 	pthread_mutex_unlock(&r->dev->lock);
-	return out < r->s->window && out < MAX_WINDOW;
+	return out < r->s->window;
 }
 
 /* Takes the first queued chunk from src with tag (and, if below >= 0, ending at or below it). */
@@ -383,20 +390,20 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
 	int64_t chunk = r->s->chunk_bytes;
 	int64_t sent = 0, recvd = 0, forwarded = 0;
-	struct posts posts = {.n = 0};
 	int rv = ST_OK;
 	for (;;) {
 		pthread_mutex_lock(&dev->lock);
 		uint64_t gen = dev->events;
 		pthread_mutex_unlock(&dev->lock);
 		int progress = 0;
-		while (rv == ST_OK && !combine && sent < send_len &&
-		       can_post(r, ph->send_peer, &posts)) {
+		while (rv == ST_OK && !combine && sent < send_len && can_post(r, ph->send_peer)) {
 			int64_t len =
 			    dev->backed ? (send_len - sent < chunk ? send_len - sent : chunk) : 0;
 			int64_t covered = dev->backed ? len : send_len;
-			rv = post_chunk(r, ph->send_peer, stag, sent, covered, NULL, send_base,
-			                ph->send_block, len, ph->stage, &posts, st);
+			rv = post_chunk(
+			    r, ph->send_peer, stag, sent, covered, NULL, send_base, ph->send_block,
+			    len, ph->stage || ph->send_buffer == PODEMU__COLL_BUFFER__COLL_OUTPUT,
+			    st);
 			if (rv == DP_BUSY) {
 				rv = ST_OK;
 				break;
@@ -405,7 +412,7 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			progress = 1;
 		}
 		if (rv == ST_OK && recvd < recv_len &&
-		    (!combine || ph->send_peer < 0 || can_post(r, ph->send_peer, &posts))) {
+		    (!combine || ph->send_peer < 0 || can_post(r, ph->send_peer))) {
 			pthread_mutex_lock(&dev->lock);
 			struct inbox_entry *e =
 			    take_entry(r, ph->recv_peer, rtag, ph->stage ? sent : -1);
@@ -431,7 +438,7 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 						rv = post_chunk(r, ph->send_peer, stag, pos,
 						                (int64_t)e->h.covered,
 						                dev->backed ? r->scratch : NULL,
-						                NULL, NULL, len, true, &posts, st);
+						                NULL, NULL, len, true, st);
 						forwarded += (int64_t)e->h.covered;
 					} else if (dev->backed) {
 						seq_write(r->out, ph->recv_block, pos, r->scratch,
@@ -450,16 +457,10 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			break;
 		bool sends_done =
 		    combine ? (ph->send_peer < 0 || forwarded == send_len) : sent == send_len;
-		if (sends_done && recvd == recv_len) {
-			pthread_mutex_lock(&dev->lock);
-			int out = reap_posts(&posts);
-			pthread_mutex_unlock(&dev->lock);
-			struct dp_chan *ch = ph->send_peer >= 0 && !is_local(r, ph->send_peer)
-			                         ? r->chans[host_of(r, ph->send_peer)]
-			                         : NULL;
-			if (out == 0 && (ch == NULL || dp_chan_in_flight(ch) == 0))
-				break;
-		}
+		/* What was sent may still be in flight: the collective's end waits for it. */
+		if (sends_done && recvd == recv_len)
+			break;
+
 		if (progress)
 			continue;
 		pthread_mutex_lock(&dev->lock);
@@ -479,12 +480,37 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			break;
 		}
 	}
-	/* Posts a receiver has not consumed stay valid until it does; it frees them. */
+	return rv;
+}
+
+/*
+ * Ends a collective: waits until every chunk this core sent was consumed (local) or
+ * acknowledged (remote), then closes the channels. After a failure, local posts that nobody
+ * consumed are left to their receivers (or the step's end) to free.
+ */
+static int finish(struct run *r, int rv, struct status *st)
+{
+	struct device *dev = r->dev;
 	pthread_mutex_lock(&dev->lock);
-	reap_posts(&posts);
-	for (int i = 0; i < posts.n; i++)
-		posts.e[i]->orphan = 1;
+	while (rv == ST_OK && reap_posts(r, -1) > 0)
+		if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+			rv = status_set(st, ST_DEADLINE_EXCEEDED,
+			                "a local core did not take this core's data within %d ms",
+			                r->s->timeout_ms);
+	reap_posts(r, -1);
+	for (int i = 0; i < r->num_posts; i++)
+		r->posts[i]->orphan = 1;
+	r->num_posts = 0;
 	pthread_mutex_unlock(&dev->lock);
+	for (int h = 0; r->chans != NULL && h < dev->num_hosts; h++) {
+		if (r->chans[h] == NULL)
+			continue;
+		dp_chan_wait(r->chans[h], 0);
+		if (rv == ST_OK)
+			rv = dp_chan_error(r->chans[h], st);
+		dp_chan_close(r->chans[h]);
+		r->chans[h] = NULL;
+	}
 	return rv;
 }
 
@@ -571,15 +597,15 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 		else
 			rv = run_phase(&r, ph, st);
 	}
+	rv = finish(&r, rv, st);
 	if (rv == ST_OK && opcode_parse(n->opcode) == OP_ALL_REDUCE)
 		apply_scale(&r, &s->shapes[node], n->scale);
-	for (int h = 0; r.chans != NULL && h < dev->num_hosts; h++)
-		dp_chan_close(r.chans[h]);
 	free(r.send_tags);
 	free(r.recv_tags);
 	free(r.chans);
 	free(r.scratch);
 	free(r.pack);
+	free(r.posts);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	s->micros[c->local * s->num_colls + s->coll_of_node[node]] =
 	    (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;

@@ -116,7 +116,7 @@ static bool layout_fits(const Podemu__BlockLayout *l, int64_t bytes)
 	if (l == NULL)
 		return false;
 	if (l->rows == 0 || l->row_bytes == 0)
-		return l->offset >= 0 && l->offset <= bytes && l->rows >= 0 && l->row_bytes >= 0;
+		return l->rows >= 0 && l->row_bytes >= 0; /* empty: nothing is touched */
 	if (l->offset < 0 || l->row_bytes < 0 || l->rows < 0 || l->row_stride < l->row_bytes)
 		return false;
 	int64_t span;
