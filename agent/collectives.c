@@ -362,6 +362,7 @@ static int check_chunk(const struct run *r, const struct inbox_entry *e, int64_t
 {
 	bool backed = r->dev->backed;
 	if ((int64_t)e->h.offset < 0 || (int64_t)e->h.covered <= 0 ||
+	    (int64_t)e->h.length > r->s->chunk_bytes ||
 	    (int64_t)(e->h.offset + e->h.covered) > expect ||
 	    (backed && e->h.length != e->h.covered) || (!backed && e->h.length != 0))
 		return status_set(st, ST_INVALID_ARGUMENT,
@@ -373,37 +374,65 @@ static int check_chunk(const struct run *r, const struct inbox_entry *e, int64_t
 	return ST_OK;
 }
 
+/* Waits until local cores took every chunk this core posted (a phase's `drain`). */
+static int drain_posts(struct run *r, struct status *st)
+{
+	int rv = ST_OK;
+	pthread_mutex_lock(&r->dev->lock);
+	while (rv == ST_OK && reap_posts(r, -1) > 0)
+		if (pthread_cond_timedwait(&r->dev->cv, &r->dev->lock, &r->deadline) == ETIMEDOUT)
+			rv = status_set(st, ST_DEADLINE_EXCEEDED,
+			                "a local core did not take this core's data within %d ms",
+			                r->s->timeout_ms);
+	pthread_mutex_unlock(&r->dev->lock);
+	return rv;
+}
+
+/* Applies one received chunk to the output as the phase says. */
+static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inbox_entry *e)
+{
+	if (!r->dev->backed)
+		return;
+	int64_t pos = (int64_t)e->h.offset, len = (int64_t)e->h.length;
+	if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) {
+		/* Through the one-chunk scratch: the input block may alias nothing here. */
+		seq_read(r->scratch, r->in, ph->combine_block, pos, len);
+		reduce_into(r->dtype, r->red, r->scratch, e->payload, len);
+		seq_write(r->out, ph->recv_block, pos, r->scratch, len);
+	} else if (ph->reduce) {
+		seq_reduce(r->dtype, r->red, r->out, ph->recv_block, pos, e->payload, len);
+	} else {
+		seq_write(r->out, ph->recv_block, pos, e->payload, len);
+	}
+}
+
+/*
+ * One phase: post send_block to send_peer chunk by chunk while the window allows, and consume
+ * chunks from recv_peer as they come, until both are complete. With `stage`, a chunk is only
+ * consumed once this core's own chunk at that position was posted (their regions overlap).
+ */
 static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *st)
 {
 	struct device *dev = r->dev;
-	bool combine = ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD;
-	int64_t recv_len = 0, send_len = 0;
-	if (ph->recv_peer >= 0)
-		recv_len = combine ? layout_len(ph->send_block) : layout_len(ph->recv_block);
-	if (ph->send_peer >= 0)
-		send_len = combine ? recv_len : layout_len(ph->send_block);
-	if (combine && ph->recv_peer < 0)
-		return status_set(st, ST_INVALID_ARGUMENT, "combine phase without a source");
+	int64_t send_len = ph->send_peer >= 0 ? layout_len(ph->send_block) : 0;
+	int64_t recv_len = ph->recv_peer >= 0 ? layout_len(ph->recv_block) : 0;
 	uint32_t stag = send_len > 0 ? r->send_tags[ph->send_peer]++ : 0;
 	uint32_t rtag = recv_len > 0 ? r->recv_tags[ph->recv_peer]++ : 0;
 	unsigned char *send_base =
 	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
-	int64_t chunk = r->s->chunk_bytes;
-	int64_t sent = 0, recvd = 0, forwarded = 0;
-	int rv = ST_OK;
-	for (;;) {
+	int64_t chunk = r->s->chunk_bytes, sent = 0, recvd = 0;
+	int rv = ph->drain ? drain_posts(r, st) : ST_OK;
+	while (rv == ST_OK && (sent < send_len || recvd < recv_len)) {
 		pthread_mutex_lock(&dev->lock);
 		uint64_t gen = dev->events;
 		pthread_mutex_unlock(&dev->lock);
 		int progress = 0;
-		while (rv == ST_OK && !combine && sent < send_len && can_post(r, ph->send_peer)) {
+		while (rv == ST_OK && sent < send_len && can_post(r, ph->send_peer)) {
 			int64_t len =
 			    dev->backed ? (send_len - sent < chunk ? send_len - sent : chunk) : 0;
 			int64_t covered = dev->backed ? len : send_len;
-			rv = post_chunk(
-			    r, ph->send_peer, stag, sent, covered, NULL, send_base, ph->send_block,
-			    len, ph->stage || ph->send_buffer == PODEMU__COLL_BUFFER__COLL_OUTPUT,
-			    st);
+			rv = post_chunk(r, ph->send_peer, stag, sent, covered, NULL, send_base,
+			                ph->send_block, len, ph->stage, st);
 			if (rv == DP_BUSY) {
 				rv = ST_OK;
 				break;
@@ -411,57 +440,24 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			sent += covered;
 			progress = 1;
 		}
-		if (rv == ST_OK && recvd < recv_len &&
-		    (!combine || ph->send_peer < 0 || can_post(r, ph->send_peer))) {
+		while (rv == ST_OK && recvd < recv_len) {
 			pthread_mutex_lock(&dev->lock);
 			struct inbox_entry *e =
 			    take_entry(r, ph->recv_peer, rtag, ph->stage ? sent : -1);
 			pthread_mutex_unlock(&dev->lock);
-			if (e != NULL) {
-				rv = check_chunk(r, e, recv_len, st);
-				int64_t pos = (int64_t)e->h.offset, len = (int64_t)e->h.length;
-				if (rv == ST_OK && !combine && dev->backed) {
-					if (ph->reduce)
-						seq_reduce(r->dtype, r->red, r->out, ph->recv_block,
-						           pos, e->payload, len);
-					else
-						seq_write(r->out, ph->recv_block, pos, e->payload,
-						          len);
-				} else if (rv == ST_OK && combine) {
-					if (dev->backed) {
-						seq_read(r->scratch, r->in, ph->send_block, pos,
-						         len);
-						reduce_into(r->dtype, r->red, r->scratch,
-						            e->payload, len);
-					}
-					if (ph->send_peer >= 0) {
-						rv = post_chunk(r, ph->send_peer, stag, pos,
-						                (int64_t)e->h.covered,
-						                dev->backed ? r->scratch : NULL,
-						                NULL, NULL, len, true, st);
-						forwarded += (int64_t)e->h.covered;
-					} else if (dev->backed) {
-						seq_write(r->out, ph->recv_block, pos, r->scratch,
-						          len);
-					}
-				}
-				recvd += (int64_t)e->h.covered;
-				ack_entry(r, e, rv == ST_OK ? ST_OK : rv, st->message);
-				progress = 1;
-			}
+			if (e == NULL)
+				break;
+			rv = check_chunk(r, e, recv_len, st);
+			if (rv == ST_OK)
+				consume(r, ph, e);
+			recvd += (int64_t)e->h.covered;
+			ack_entry(r, e, rv, st->message);
+			progress = 1;
 		}
 		if (rv == ST_OK && ph->send_peer >= 0 && !is_local(r, ph->send_peer) &&
 		    r->chans[host_of(r, ph->send_peer)] != NULL)
 			rv = dp_chan_error(r->chans[host_of(r, ph->send_peer)], st);
-		if (rv != ST_OK)
-			break;
-		bool sends_done =
-		    combine ? (ph->send_peer < 0 || forwarded == send_len) : sent == send_len;
-		/* What was sent may still be in flight: the collective's end waits for it. */
-		if (sends_done && recvd == recv_len)
-			break;
-
-		if (progress)
+		if (rv != ST_OK || progress || (sent >= send_len && recvd >= recv_len))
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		int timed_out = 0;
@@ -469,16 +465,13 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			timed_out =
 			    pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT;
 		pthread_mutex_unlock(&dev->lock);
-		if (timed_out) {
-			rv =
-			    status_set(st, ST_DEADLINE_EXCEEDED,
-			               "no progress within %d ms: received %lld of %lld bytes from "
-			               "core %d, sent %lld of %lld bytes to core %d",
-			               r->s->timeout_ms, (long long)recvd, (long long)recv_len,
-			               ph->recv_peer, (long long)(combine ? forwarded : sent),
-			               (long long)send_len, ph->send_peer);
-			break;
-		}
+		if (timed_out)
+			rv = status_set(
+			    st, ST_DEADLINE_EXCEEDED,
+			    "no progress within %d ms: received %lld of %lld bytes from "
+			    "core %d, sent %lld of %lld bytes to core %d",
+			    r->s->timeout_ms, (long long)recvd, (long long)recv_len, ph->recv_peer,
+			    (long long)sent, (long long)send_len, ph->send_peer);
 	}
 	return rv;
 }

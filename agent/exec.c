@@ -110,6 +110,11 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 	                  opcode_name(op));
 }
 
+static int64_t layout_len(const Podemu__BlockLayout *l)
+{
+	return l == NULL ? 0 : l->row_bytes * l->rows;
+}
+
 /* Checks that a layout stays inside a buffer of `bytes` bytes. */
 static bool layout_fits(const Podemu__BlockLayout *l, int64_t bytes)
 {
@@ -139,23 +144,20 @@ static int check_schedule(struct device *dev, struct step *s, const Podemu__Coll
 		bool ok = ph->send_peer >= -1 && ph->send_peer < dev->world_size &&
 		          ph->recv_peer >= -1 && ph->recv_peer < dev->world_size &&
 		          ph->send_peer != cs->ordinal && ph->recv_peer != cs->ordinal;
-		bool needs_src =
-		    ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
-		    ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD ||
-		    (ph->kind == PODEMU__PHASE_KIND__PHASE_EXCHANGE && ph->send_peer >= 0);
-		bool needs_dst =
-		    ph->kind != PODEMU__PHASE_KIND__PHASE_EXCHANGE || ph->recv_peer >= 0;
-		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD && ph->send_peer >= 0)
-			needs_dst = false;
-		if (needs_src)
+		bool local = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
+		             ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO;
+		bool sends =
+		    ph->kind == PODEMU__PHASE_KIND__PHASE_COPY || (!local && ph->send_peer >= 0);
+		bool recvs = local || ph->recv_peer >= 0;
+		if (sends)
 			ok = ok && layout_fits(ph->send_block, src_bytes);
-		if (needs_dst)
+		if (recvs)
 			ok = ok && layout_fits(ph->recv_block, out_bytes);
-		if (ok && needs_src && needs_dst &&
-		    ph->kind != PODEMU__PHASE_KIND__PHASE_EXCHANGE &&
-		    ph->send_block->row_bytes * ph->send_block->rows !=
-		        ph->recv_block->row_bytes * ph->recv_block->rows)
-			ok = false;
+		if (ok && ph->kind == PODEMU__PHASE_KIND__PHASE_COPY)
+			ok = layout_len(ph->send_block) == layout_len(ph->recv_block);
+		if (ok && ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE && recvs)
+			ok = layout_fits(ph->combine_block, in_bytes) &&
+			     layout_len(ph->combine_block) == layout_len(ph->recv_block);
 		if (!ok)
 			return status_set(
 			    st, ST_INVALID_ARGUMENT,

@@ -47,25 +47,28 @@ static int64_t hbm_used(const struct hbm *h)
 	return used;
 }
 
-/* Gives the pages of the free range around [lo, hi) back to the system. */
-static void hbm_discard(struct hbm *h, int64_t lo, int64_t hi)
+/*
+ * Notes that `bytes` were freed; once more than HBM_RETAIN_BYTES are, gives the pages of every
+ * free gap back to the system.
+ */
+static void hbm_discard(struct hbm *h, int64_t bytes)
 {
 	if (h->base == NULL)
 		return;
-	/* Widen to the whole free gap so pages shared with freed neighbours go too. */
-	int64_t gap_lo = h->reserved, gap_hi = h->capacity;
-	for (int i = 0; i < h->num_blocks; i++) {
-		int64_t end = h->blocks[i].offset + h->blocks[i].size;
-		if (end <= lo && end > gap_lo)
-			gap_lo = end;
-		if (h->blocks[i].offset >= hi && h->blocks[i].offset < gap_hi)
-			gap_hi = h->blocks[i].offset;
-	}
+	h->retained += bytes;
+	if (h->retained <= HBM_RETAIN_BYTES)
+		return;
+	h->retained = 0;
 	int64_t page = sysconf(_SC_PAGESIZE);
-	int64_t from = (gap_lo + page - 1) / page * page;
-	int64_t to = gap_hi / page * page;
-	if (to > from)
-		madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
+	int64_t prev_end = h->reserved;
+	for (int i = 0; i <= h->num_blocks; i++) {
+		int64_t next = i < h->num_blocks ? h->blocks[i].offset : h->capacity;
+		int64_t from = (prev_end + page - 1) / page * page, to = next / page * page;
+		if (to > from)
+			madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
+		if (i < h->num_blocks)
+			prev_end = h->blocks[i].offset + h->blocks[i].size;
+	}
 }
 
 static void hbm_note_usage(struct hbm *h)
@@ -138,7 +141,7 @@ int hbm_free(struct hbm *h, int64_t offset)
 		memmove(&h->blocks[i], &h->blocks[i + 1],
 		        (size_t)(h->num_blocks - i - 1) * sizeof(h->blocks[0]));
 		h->num_blocks--;
-		hbm_discard(h, offset, offset + size);
+		hbm_discard(h, size);
 		return ST_OK;
 	}
 	return ST_NOT_FOUND;
@@ -175,7 +178,7 @@ void hbm_release_reservation(struct hbm *h)
 	int64_t was = h->reserved;
 	h->reserved = 0;
 	if (was > 0)
-		hbm_discard(h, 0, was);
+		hbm_discard(h, was);
 }
 
 void hbm_get_stats(const struct hbm *h, struct hbm_stats *out)

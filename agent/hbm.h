@@ -30,8 +30,16 @@ struct hbm_block {
 	int64_t size;
 };
 
+/*
+ * Freed bytes whose pages stay committed, so a buffer of the same size allocated next (the
+ * common case step after step) does not page-fault anew; past this, free pages go back to the
+ * system. The agent's RSS exceeds the accounted bytes by at most this much per core.
+ */
+#define HBM_RETAIN_BYTES ((int64_t)128 << 20)
+
 struct hbm {
 	int64_t capacity;
+	int64_t retained;         /* freed bytes not yet given back */
 	unsigned char *base;      /* NULL under --backing none */
 	struct hbm_block *blocks; /* sorted by offset */
 	int num_blocks;
@@ -42,8 +50,8 @@ struct hbm {
 
 /*
  * Sets up a heap of capacity bytes. With backed, the heap is one lazily committed mapping that
- * returns its pages to the system when bytes are freed. Returns RESOURCE_EXHAUSTED when the
- * mapping cannot be made.
+ * returns its pages to the system when more than HBM_RETAIN_BYTES have been freed. Returns
+ * RESOURCE_EXHAUSTED when the mapping cannot be made.
  */
 int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st);
 void hbm_destroy(struct hbm *h);

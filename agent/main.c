@@ -5,6 +5,7 @@
  */
 #include <event2/event.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,6 +237,12 @@ int main(int argc, char **argv)
 	}
 	log_init("agent", level);
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * Chunk buffers (a few MiB, allocated and freed for every chunk) must come from reused heap
+	 * memory: served by fresh mmaps, each would page-fault anew and halve throughput.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 256 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
 	struct status st;
 	char bound[256];

@@ -134,6 +134,11 @@ static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 		         (int)m[MOD(p - 1, n)], split_block(b, out, d, n, MOD(p - s - 1, n)), 0);
 }
 
+/*
+ * Ring reduce-scatter with the output as accumulator: at phase s a core sends its partial sum of
+ * block p-s-1 on and receives the partial of block p-s-2, which it adds to its own input block
+ * into the output. After n-1 phases the output holds block p, reduced over the group.
+ */
 static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, int d,
                            const struct shape *in, const struct shape *out)
 {
@@ -141,18 +146,17 @@ static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, in
 		copy_phase(b, IN, whole(b, in), whole(b, out));
 		return;
 	}
-	/* Partial sums travel the ring; each core adds its block and passes it on. */
-	exchange(b, (int)m[MOD(p + 1, n)], IN, split_block(b, in, d, n, MOD(p - 1, n)), -1, NULL,
-	         0);
-	for (int s = 1; s < n; s++) {
-		Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_COMBINE_FORWARD);
+	for (int s = 0; s < n - 1; s++) {
+		Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_COMBINE);
 		if (ph == NULL)
 			return;
+		ph->send_peer = (int)m[MOD(p + 1, n)];
+		ph->send_buffer = s == 0 ? IN : OUT;
+		ph->send_block = s == 0 ? split_block(b, in, d, n, MOD(p - 1, n)) : whole(b, out);
 		ph->recv_peer = (int)m[MOD(p - 1, n)];
-		ph->send_peer = s < n - 1 ? (int)m[MOD(p + 1, n)] : -1;
-		ph->send_buffer = IN;
-		ph->send_block = split_block(b, in, d, n, MOD(p - s - 1, n));
 		ph->recv_block = whole(b, out);
+		ph->combine_block = split_block(b, in, d, n, MOD(p - s - 2, n));
+		ph->stage = s > 0;
 	}
 }
 

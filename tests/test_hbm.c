@@ -126,16 +126,22 @@ static void test_backing_holds_bytes(void **state)
 {
 	struct hbm h;
 	struct status st;
-	assert_int_equal(hbm_init(&h, 64 * MiB, true, &st), ST_OK);
-	int64_t a;
+	assert_int_equal(hbm_init(&h, 256 * MiB, true, &st), ST_OK);
+	int64_t a, b;
 	hbm_alloc(&h, 4 * MiB, &a, &st);
 	unsigned char *p = hbm_ptr(&h, a);
 	assert_non_null(p);
 	memset(p, 0xab, 4 * MiB);
 	assert_int_equal(p[4 * MiB - 1], 0xab);
+	/* A small free keeps its pages for the next buffer of that size. */
 	hbm_free(&h, a);
-	/* Freed pages go back to the system: the bytes read as zero again. */
+	assert_int_equal(p[12345], 0xab);
+	/* Past the retention budget, free pages go back to the system: they read as zero. */
+	hbm_alloc(&h, HBM_RETAIN_BYTES + 4 * MiB, &b, &st);
+	memset(hbm_ptr(&h, b), 0xcd, (size_t)(HBM_RETAIN_BYTES + 4 * MiB));
+	hbm_free(&h, b);
 	assert_int_equal(p[12345], 0);
+	assert_int_equal(((unsigned char *)hbm_ptr(&h, b))[0], 0);
 	hbm_destroy(&h);
 
 	assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);

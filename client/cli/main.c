@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "arena.h"
+#include "bench.h"
 #include "pod.h"
 #include "podemu.pb-c.h"
 #include "podemu/podemu.h"
@@ -14,6 +15,7 @@
 #include "services.h"
 #include "statedir.h"
 #include "status.h"
+#include "topology.h"
 
 static void usage(FILE *f)
 {
@@ -31,6 +33,11 @@ static void usage(FILE *f)
 	    "  demo    the seed scenario (pytorch/xla 3510): fill N ones per core, mark_step,\n"
 	    "          all-gather along dim 0, release the input, mark_step, sum per core\n"
 	    "          [--elements N] [--json]\n"
+	    "  bench   collective bandwidth, nccl-tests style, on the running pod\n"
+	    "          --op all-gather,reduce-scatter,all-reduce,all-to-all,collective-permute\n"
+	    "          --min-bytes SIZE --max-bytes SIZE --factor 2|4 --iters N --warmup N\n"
+	    "          --groups '{{0,1},{2,3}}' | --mesh data=4,model=2 --axis model\n"
+	    "          --dtype f32 --check --json\n"
 	    "\n"
 	    "every command takes --state-dir DIR (default $PODEMU_STATE_DIR, else a folder\n"
 	    "under $XDG_RUNTIME_DIR or /tmp)\n");
@@ -50,6 +57,17 @@ enum {
 	OPT_CHUNK,
 	OPT_COLL_TIMEOUT,
 	OPT_HELP,
+	OPT_OP,
+	OPT_MIN_BYTES,
+	OPT_MAX_BYTES,
+	OPT_FACTOR,
+	OPT_DTYPE,
+	OPT_ITERS,
+	OPT_WARMUP,
+	OPT_GROUPS,
+	OPT_MESH,
+	OPT_AXIS,
+	OPT_CHECK,
 };
 
 struct cli {
@@ -58,6 +76,7 @@ struct cli {
 	struct up_options up;
 	int json;
 	long long elements;
+	struct bench_options bench;
 };
 
 static int parse(struct cli *o, int argc, char **argv)
@@ -76,6 +95,17 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"chunk-bytes", required_argument, NULL, OPT_CHUNK},
 	    {"collective-timeout-ms", required_argument, NULL, OPT_COLL_TIMEOUT},
 	    {"help", no_argument, NULL, OPT_HELP},
+	    {"op", required_argument, NULL, OPT_OP},
+	    {"min-bytes", required_argument, NULL, OPT_MIN_BYTES},
+	    {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
+	    {"factor", required_argument, NULL, OPT_FACTOR},
+	    {"dtype", required_argument, NULL, OPT_DTYPE},
+	    {"iters", required_argument, NULL, OPT_ITERS},
+	    {"warmup", required_argument, NULL, OPT_WARMUP},
+	    {"groups", required_argument, NULL, OPT_GROUPS},
+	    {"mesh", required_argument, NULL, OPT_MESH},
+	    {"axis", required_argument, NULL, OPT_AXIS},
+	    {"check", no_argument, NULL, OPT_CHECK},
 	    {0, 0, 0, 0},
 	};
 	int c;
@@ -129,6 +159,48 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_COLL_TIMEOUT:
 			o->up.collective_timeout_ms = optarg;
+			break;
+		case OPT_OP:
+			o->bench.ops = optarg;
+			break;
+		case OPT_MIN_BYTES:
+		case OPT_MAX_BYTES: {
+			struct status st;
+			int64_t v;
+			if (parse_size(&v, optarg, &st) != ST_OK || v < 4) {
+				fprintf(stderr, "podemu: %s\n", st.message);
+				return -1;
+			}
+			*(c == OPT_MIN_BYTES ? &o->bench.min_bytes : &o->bench.max_bytes) = v;
+			break;
+		}
+		case OPT_FACTOR:
+			o->bench.factor = atoi(optarg);
+			if (o->bench.factor < 2) {
+				fprintf(stderr, "podemu: --factor must be at least 2\n");
+				return -1;
+			}
+			break;
+		case OPT_DTYPE:
+			o->bench.dtype = optarg;
+			break;
+		case OPT_ITERS:
+			o->bench.iters = atoi(optarg);
+			break;
+		case OPT_WARMUP:
+			o->bench.warmup = atoi(optarg);
+			break;
+		case OPT_GROUPS:
+			o->bench.groups = optarg;
+			break;
+		case OPT_MESH:
+			o->bench.mesh = optarg;
+			break;
+		case OPT_AXIS:
+			o->bench.axis = optarg;
+			break;
+		case OPT_CHECK:
+			o->bench.check = 1;
 			break;
 		case OPT_HELP:
 			usage(stdout);
@@ -345,6 +417,27 @@ static int cmd_demo(const struct cli *o)
 	return 0;
 }
 
+static int cmd_bench(struct cli *o)
+{
+	char url[512];
+	state_coordinator_url(url, sizeof(url), o->state_dir);
+	pe_client *c;
+	if (pe_connect(&c, url) != PE_OK) {
+		fprintf(stderr, "podemu bench: %s\n", pe_connect_error());
+		return 1;
+	}
+	o->bench.json = o->json;
+	if (o->bench.iters < 1 || o->bench.warmup < 0 || o->bench.min_bytes > o->bench.max_bytes) {
+		fprintf(stderr,
+		        "podemu bench: need --iters >= 1, --warmup >= 0, min <= max bytes\n");
+		pe_disconnect(c);
+		return 2;
+	}
+	int rc = bench_run(c, &o->bench);
+	pe_disconnect(c);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
@@ -357,6 +450,13 @@ int main(int argc, char **argv)
 	o.up.backing = "host";
 	o.up.port = 7460;
 	o.up.timeout_ms = 60000;
+	o.bench = (struct bench_options){.ops = "all-gather,reduce-scatter,all-reduce",
+	                                 .min_bytes = 1 << 20,
+	                                 .max_bytes = 64 << 20,
+	                                 .factor = 2,
+	                                 .dtype = "f32",
+	                                 .iters = 5,
+	                                 .warmup = 1};
 	if (parse(&o, argc - 1, argv + 1) != 0)
 		return 2;
 	if (strcmp(cmd, "up") == 0)
@@ -367,6 +467,8 @@ int main(int argc, char **argv)
 		return cmd_status(&o);
 	if (strcmp(cmd, "demo") == 0)
 		return cmd_demo(&o);
+	if (strcmp(cmd, "bench") == 0)
+		return cmd_bench(&o);
 	fprintf(stderr, "podemu: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return 2;

@@ -1,0 +1,339 @@
+/*
+ * podemu bench: collective bandwidth on the running pod, reported as nccl-tests does (size,
+ * count, time, algbw, busbw), with the scratch each collective reserved and, with --check, every
+ * core's result compared with an independent host computation.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective.h"
+#include "status.h"
+#include "topology.h"
+
+enum bench_op { B_AG, B_RS, B_AR, B_A2A, B_PERMUTE, B_COUNT };
+
+static const char *const op_names[B_COUNT] = {"all-gather", "reduce-scatter", "all-reduce",
+                                              "all-to-all", "collective-permute"};
+
+/* nccl-tests' bus bandwidth factors. */
+static double bus_factor(enum bench_op op, int n)
+{
+	if (n <= 1)
+		return 1;
+	if (op == B_AR)
+		return 2.0 * (n - 1) / n;
+	if (op == B_PERMUTE)
+		return 1;
+	return (double)(n - 1) / n;
+}
+
+struct member_groups {
+	int n;         /* group size */
+	int *group_of; /* [world] */
+	int *pos_of;   /* [world] */
+	int64_t *ids;  /* group g's members at ids[g * n ...] */
+};
+
+static int resolve_groups(struct member_groups *mg, const struct bench_options *o, int world)
+{
+	Podemu__Node node = PODEMU__NODE__INIT;
+	Podemu__MeshAxis axes[SHAPE_AXES_MAX], *mesh[SHAPE_AXES_MAX];
+	char **names = NULL;
+	int64_t *sizes = NULL;
+	int n_mesh = 0;
+	Podemu__ReplicaGroup *rgs = NULL, **rgp = NULL;
+	int64_t *ids = NULL;
+	int *gsizes = NULL, ng = 0;
+	struct status st;
+	int rv = ST_OK;
+	if (o->mesh != NULL) {
+		rv = coll_mesh_parse(o->mesh, &names, &sizes, &n_mesh, &st);
+		for (int i = 0; rv == ST_OK && i < n_mesh; i++) {
+			podemu__mesh_axis__init(&axes[i]);
+			axes[i].name = names[i];
+			axes[i].size = sizes[i];
+			mesh[i] = &axes[i];
+		}
+		node.mesh_axis = (char *)(o->axis ? o->axis : "");
+	} else if (o->groups != NULL) {
+		rv = coll_groups_parse(o->groups, &ids, &gsizes, &ng, &st);
+		rgs = calloc((size_t)ng + 1, sizeof(*rgs));
+		rgp = calloc((size_t)ng + 1, sizeof(*rgp));
+		for (int g = 0, at = 0; rv == ST_OK && g < ng; g++) {
+			podemu__replica_group__init(&rgs[g]);
+			rgs[g].replica_ids = ids + at;
+			rgs[g].n_replica_ids = (size_t)gsizes[g];
+			rgp[g] = &rgs[g];
+			at += gsizes[g];
+		}
+		node.replica_groups = rgp;
+		node.n_replica_groups = (size_t)ng;
+	}
+	struct coll_groups cg;
+	if (rv == ST_OK)
+		rv = coll_groups_resolve(&cg, &node, mesh, (size_t)n_mesh, world, 0, "bench", &st);
+	if (rv == ST_OK) {
+		mg->n = cg.uniform_size;
+		mg->group_of = malloc((size_t)world * sizeof(int));
+		mg->pos_of = malloc((size_t)world * sizeof(int));
+		mg->ids = malloc((size_t)world * sizeof(int64_t));
+		for (int r = 0; r < world; r++) {
+			mg->group_of[r] = cg.group_of[r];
+			mg->pos_of[r] = cg.position_of[r];
+		}
+		for (int g = 0; g < cg.num_groups; g++)
+			memcpy(mg->ids + g * mg->n, cg.ids + cg.start[g],
+			       (size_t)mg->n * sizeof(int64_t));
+		coll_groups_free(&cg);
+	} else {
+		fprintf(stderr, "podemu bench: %s\n", st.message);
+	}
+	coll_mesh_free(names, sizes, n_mesh);
+	free(ids);
+	free(gsizes);
+	free(rgs);
+	free(rgp);
+	return rv;
+}
+
+/* Input element i of core r: small integers, so sums over any group are exact. */
+static float value(int r, int64_t i)
+{
+	return (float)((r * 7 + i * 3) % 9 - 4);
+}
+
+/* Compares core r's output with the host's computation of the same collective. */
+static int check_core(enum bench_op op, const struct member_groups *mg, int world, int r,
+                      const float *got, int64_t in_elems, int64_t out_elems)
+{
+	const int64_t *m = mg->ids + (int64_t)mg->group_of[r] * mg->n;
+	int p = mg->pos_of[r], n = mg->n;
+	for (int64_t i = 0; i < out_elems; i++) {
+		float want = 0;
+		switch (op) {
+		case B_AG:
+			want = value((int)m[i / in_elems], i % in_elems);
+			break;
+		case B_AR:
+			for (int k = 0; k < n; k++)
+				want += value((int)m[k], i);
+			break;
+		case B_RS:
+			for (int k = 0; k < n; k++)
+				want += value((int)m[k], p * out_elems + i);
+			break;
+		case B_A2A: {
+			int64_t block = in_elems / n;
+			want = value((int)m[i / block], p * block + i % block);
+			break;
+		}
+		default:
+			want = value((r + world - 1) % world, i);
+			break;
+		}
+		if (got[i] != want)
+			return 0;
+	}
+	return 1;
+}
+
+static pe_tensor *record(pe_client *c, enum bench_op op, pe_tensor *x, const pe_groups *g,
+                         int world)
+{
+	switch (op) {
+	case B_AG:
+		return pe_all_gather_groups(x, 0, g);
+	case B_RS:
+		return pe_reduce_scatter(x, PE_REDUCE_SUM, 0, g);
+	case B_AR:
+		return pe_all_reduce(x, PE_REDUCE_SUM, 1.0, g);
+	case B_A2A:
+		return pe_all_to_all(x, 0, 0, g);
+	default: {
+		int64_t *pairs = malloc((size_t)world * 2 * sizeof(int64_t));
+		for (int r = 0; r < world; r++) {
+			pairs[2 * r] = r;
+			pairs[2 * r + 1] = (r + 1) % world;
+		}
+		pe_tensor *y = pe_collective_permute(x, pairs, world);
+		free(pairs);
+		return y;
+	}
+	}
+}
+
+struct row {
+	enum bench_op op;
+	int64_t bytes, count;
+	double time_us, algbw, busbw;
+	int64_t peak_temp;
+	int checked, ok;
+	const char *algorithm;
+};
+
+/* Runs one op at one size; fills row. Returns 0, or -1 after printing an error. */
+static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op, int64_t bytes,
+                   const pe_groups *g, const struct member_groups *mg, struct row *row)
+{
+	int world = pe_world_size(c), n = mg->n;
+	/* Per-core input elements such that `bytes` is what nccl-tests calls the size: the
+	 * output for all-gather, the input for reduce-scatter, the buffer for the others. */
+	int64_t elems = bytes / 4, in_elems;
+	if (op == B_AG)
+		in_elems = elems / n > 0 ? elems / n : 1;
+	else if (op == B_RS || op == B_A2A)
+		in_elems = elems / n * n > 0 ? elems / n * n : n;
+	else
+		in_elems = elems > 0 ? elems : 1;
+	int64_t out_elems = op == B_AG ? in_elems * n : op == B_RS ? in_elems / n : in_elems;
+	float **data = calloc((size_t)world, sizeof(float *));
+	for (int r = 0; r < world; r++) {
+		data[r] = malloc((size_t)in_elems * sizeof(float));
+		for (int64_t i = 0; i < in_elems; i++)
+			data[r][i] = value(r, i);
+	}
+	pe_tensor *x = pe_upload(c, PE_F32, &in_elems, 1, (const void *const *)data);
+	for (int r = 0; r < world; r++)
+		free(data[r]);
+	free(data);
+	if (x == NULL) {
+		fprintf(stderr, "podemu bench: upload: %s\n", pe_last_error(c));
+		return -1;
+	}
+	double total_us = 0;
+	int64_t micros = 0;
+	const char *algo = "";
+	pe_tensor *y = NULL;
+	for (int it = 0; it < o->warmup + o->iters; it++) {
+		pe_release(y);
+		y = record(c, op, x, g, world);
+		if (y == NULL || pe_mark_step(c) != PE_OK) {
+			fprintf(stderr, "podemu bench: %s of %lld bytes: %s\n", op_names[op],
+			        (long long)bytes, pe_last_error(c));
+			pe_release(y);
+			pe_release(x);
+			return -1;
+		}
+		pe_last_step_collectives(c, &micros, &algo, 1);
+		if (it >= o->warmup)
+			total_us += (double)micros;
+	}
+	row->op = op;
+	row->count = op == B_AG ? out_elems : in_elems;
+
+	row->bytes = row->count * 4;
+	row->time_us = total_us / o->iters;
+	row->algbw = row->time_us > 0 ? (double)row->bytes / row->time_us / 1e3 : 0;
+	row->busbw = row->algbw * bus_factor(op, op == B_PERMUTE ? 2 : n);
+	row->peak_temp = pe_last_step_scratch_bytes(c, 0);
+	row->algorithm = algo;
+	row->checked = o->check;
+	row->ok = 1;
+	if (o->check) {
+		float *got = malloc((size_t)(out_elems ? out_elems : 1) * sizeof(float));
+		for (int r = 0; r < world && row->ok; r++) {
+			int rv = pe_fetch(y, r, got, (size_t)out_elems * sizeof(float));
+			if (rv == PE_FAILED_PRECONDITION) {
+				row->checked = 0;
+				break;
+			}
+			row->ok =
+			    rv == PE_OK && check_core(op, mg, world, r, got, in_elems, out_elems);
+		}
+		free(got);
+	}
+	pe_release(y);
+	pe_release(x);
+	return 0;
+}
+
+int bench_run(pe_client *c, const struct bench_options *o)
+{
+	int world = pe_world_size(c);
+	int enabled[B_COUNT] = {0};
+	char *ops = strdup(o->ops);
+	for (char *tok = strtok(ops, ","); tok != NULL; tok = strtok(NULL, ",")) {
+		int found = 0;
+		for (int k = 0; k < B_COUNT; k++)
+			if (strcmp(tok, op_names[k]) == 0)
+				enabled[k] = found = 1;
+		if (!found) {
+			fprintf(stderr, "podemu bench: unknown op '%s'\n", tok);
+			free(ops);
+			return 2;
+		}
+	}
+	free(ops);
+	if (strcmp(o->dtype, "f32") != 0) {
+		fprintf(stderr, "podemu bench: only --dtype f32 is benchmarked\n");
+		return 2;
+	}
+	struct member_groups mg = {0};
+	if (resolve_groups(&mg, o, world) != ST_OK)
+		return 2;
+	pe_groups *g = NULL;
+	if (o->mesh != NULL) {
+		if (pe_set_mesh(c, o->mesh) != PE_OK ||
+		    (g = pe_groups_axis(c, o->axis ? o->axis : "")) == NULL) {
+			fprintf(stderr, "podemu bench: %s\n", pe_last_error(c));
+			return 2;
+		}
+	} else if (o->groups != NULL && (g = pe_groups_parse(c, o->groups)) == NULL) {
+		fprintf(stderr, "podemu bench: %s\n", pe_last_error(c));
+		return 2;
+	}
+	if (!o->json) {
+		printf("# podemu bench: %s, %d cores, group size %d, %d iters, %d warmup\n",
+		       pe_topology(c), world, mg.n, o->iters, o->warmup);
+		printf("# %-18s %12s %12s %10s %9s %9s %12s %8s %s\n", "op", "size(B)", "count",
+		       "time(us)", "algbw", "busbw", "peak_temp(B)", "check", "algorithm");
+		printf("# %-18s %12s %12s %10s %9s %9s %12s %8s\n", "", "", "(elements)", "",
+		       "(GB/s)", "(GB/s)", "per core", "");
+	} else {
+		printf("{\"world_size\": %d, \"group_size\": %d, \"rows\": [", world, mg.n);
+	}
+	int first = 1, rc = 0;
+	for (int k = 0; k < B_COUNT; k++) {
+		if (!enabled[k])
+			continue;
+		for (int64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= o->factor) {
+			struct row row;
+			if (run_one(c, o, (enum bench_op)k, bytes, g, &mg, &row) != 0) {
+				rc = 1;
+				break;
+			}
+			if (row.checked && !row.ok)
+				rc = 1;
+			const char *check = !row.checked ? "-" : row.ok ? "ok" : "WRONG";
+			if (o->json) {
+				printf("%s{\"op\": \"%s\", \"bytes\": %lld, \"count\": %lld, "
+				       "\"time_us\": %.1f, \"algbw_gbps\": %.3f, \"busbw_gbps\": "
+				       "%.3f, "
+				       "\"peak_temp_bytes\": %lld, \"checked\": %s, \"ok\": %s, "
+				       "\"algorithm\": \"%s\"}",
+				       first ? "" : ", ", op_names[k], (long long)row.bytes,
+				       (long long)row.count, row.time_us, row.algbw, row.busbw,
+				       (long long)row.peak_temp, row.checked ? "true" : "false",
+				       row.ok ? "true" : "false", row.algorithm);
+			} else {
+				printf("  %-18s %12lld %12lld %10.1f %9.3f %9.3f %12lld %8s %s\n",
+				       op_names[k], (long long)row.bytes, (long long)row.count,
+				       row.time_us, row.algbw, row.busbw, (long long)row.peak_temp,
+				       check, row.algorithm);
+			}
+			fflush(stdout);
+			first = 0;
+			if (o->factor < 2)
+				break;
+		}
+	}
+	if (o->json)
+		printf("]}\n");
+	free(mg.group_of);
+	free(mg.pos_of);
+	free(mg.ids);
+	return rc;
+}
