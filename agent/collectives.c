@@ -380,7 +380,10 @@ static int drain_posts(struct run *r, struct status *st)
 	int rv = ST_OK;
 	pthread_mutex_lock(&r->dev->lock);
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
-		if (pthread_cond_timedwait(&r->dev->cv, &r->dev->lock, &r->deadline) == ETIMEDOUT)
+		if (r->s->cancel_code != ST_OK)
+			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
+		else if (pthread_cond_timedwait(&r->dev->cv, &r->dev->lock, &r->deadline) ==
+		         ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a local core did not take this core's data within %d ms",
 			                r->s->timeout_ms);
@@ -461,11 +464,13 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		int timed_out = 0;
-		while (dev->events == gen && !timed_out)
+		while (dev->events == gen && !timed_out && r->s->cancel_code == ST_OK)
 			timed_out =
 			    pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT;
+		if (r->s->cancel_code != ST_OK)
+			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
 		pthread_mutex_unlock(&dev->lock);
-		if (timed_out)
+		if (timed_out && rv == ST_OK)
 			rv = status_set(
 			    st, ST_DEADLINE_EXCEEDED,
 			    "no progress within %d ms: received %lld of %lld bytes from "
@@ -498,7 +503,10 @@ static int finish(struct run *r, int rv, struct status *st)
 	for (int h = 0; r->chans != NULL && h < dev->num_hosts; h++) {
 		if (r->chans[h] == NULL)
 			continue;
+		if (rv != ST_OK)
+			dp_chan_abort(r->chans[h]);
 		dp_chan_wait(r->chans[h], 0);
+
 		if (rv == ST_OK)
 			rv = dp_chan_error(r->chans[h], st);
 		dp_chan_close(r->chans[h]);

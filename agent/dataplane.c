@@ -443,6 +443,12 @@ int dp_chan_error(struct dp_chan *ch, struct status *st)
 	return code;
 }
 
+void dp_chan_abort(struct dp_chan *ch)
+{
+	for (int i = 0; i < ch->num_slots; i++)
+		nng_aio_cancel(ch->slots[i].aio);
+}
+
 void dp_chan_close(struct dp_chan *ch)
 {
 	if (ch == NULL)

@@ -87,6 +87,8 @@ void dp_chan_wait(struct dp_chan *ch, int max_in_flight);
 int dp_chan_in_flight(struct dp_chan *ch);
 /* The channel's first failure (ST_OK if none), with its message in st. */
 int dp_chan_error(struct dp_chan *ch, struct status *st);
+/* Gives up every chunk in flight (they complete as failed at once). */
+void dp_chan_abort(struct dp_chan *ch);
 /* Waits for every chunk in flight, then frees the channel. NULL is allowed. */
 void dp_chan_close(struct dp_chan *ch);
 

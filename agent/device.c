@@ -53,7 +53,7 @@ void device_destroy(struct device *dev)
 		if (dev->cores[i].thread_started)
 			pthread_join(dev->cores[i].thread, NULL);
 	if (dev->step != NULL)
-		device_abort(dev, 0, NULL);
+		device_abort(dev, 0, ST_ABORTED, "the agent is stopping", NULL);
 	for (int i = 0; i < dev->num_buffers; i++)
 		free(dev->buffers[i].offsets);
 	free(dev->buffers);

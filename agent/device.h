@@ -92,7 +92,8 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
                size_t n_release, struct arena *a, Podemu__CollectiveTiming ***timings,
                size_t *n_timings, struct status *st);
-int device_abort(struct device *dev, uint64_t step_id, struct status *st);
+int device_abort(struct device *dev, uint64_t step_id, int code, const char *reason,
+                 struct status *st);
 
 /* Data-plane delivery (a dp_deliver_fn with a struct device as arg). */
 int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,

@@ -334,7 +334,9 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 	return rv;
 }
 
-int device_abort(struct device *dev, uint64_t step_id, struct status *st)
+int device_abort(struct device *dev, uint64_t step_id, int code, const char *reason,
+                 struct status *st)
+
 {
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
@@ -343,8 +345,14 @@ int device_abort(struct device *dev, uint64_t step_id, struct status *st)
 		rv = status_set(st, ST_NOT_FOUND, "host %d has no step %llu prepared",
 		                dev->host_index, (unsigned long long)step_id);
 	} else if (s->running) {
-		rv = status_set(st, ST_FAILED_PRECONDITION, "step %llu is running",
-		                (unsigned long long)step_id);
+		/* Every core waiting in a collective gives up with this status. */
+		if (s->cancel_code == ST_OK) {
+			s->cancel_code = code != ST_OK ? code : ST_ABORTED;
+			snprintf(s->cancel_reason, sizeof(s->cancel_reason), "%s",
+			         reason && reason[0] ? reason : "the step was aborted");
+		}
+		dev->events++;
+		pthread_cond_broadcast(&dev->cv);
 	} else {
 		step_free_outputs(dev, s);
 		step_destroy(dev, s);

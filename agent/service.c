@@ -48,7 +48,7 @@ static int h_abort(void *state, struct arena *a, const void *request, void *repl
 	const Podemu__AbortRequest *req = request;
 	if (!ag->ready)
 		return not_ready(st);
-	return device_abort(&ag->dev, req->step_id, st);
+	return device_abort(&ag->dev, req->step_id, req->code, req->reason, st);
 }
 
 static int h_create_buffer(void *state, struct arena *a, const void *request, void *reply,

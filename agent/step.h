@@ -32,6 +32,8 @@ struct step {
 	bool running;
 	int done_cores;
 	struct status *core_status;
+	int cancel_code; /* set when the coordinator aborts the running step */
+	char cancel_reason[512];
 	struct inbox_entry **inbox; /* [core] */
 	int64_t *micros;            /* [core * num_colls] */
 };

@@ -246,9 +246,62 @@ const char *rpc_client_url(const struct rpc_client *c)
 	return c->url;
 }
 
+void rpc_cancel_init(struct rpc_cancel *c)
+{
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_init(&c->lock, NULL);
+}
+
+void rpc_cancel_destroy(struct rpc_cancel *c)
+{
+	pthread_mutex_destroy(&c->lock);
+}
+
+void rpc_cancel_fire(struct rpc_cancel *c, const char *reason)
+{
+	pthread_mutex_lock(&c->lock);
+	if (!c->fired) {
+		c->fired = 1;
+		snprintf(c->reason, sizeof(c->reason), "%s", reason);
+	}
+	if (c->aio != NULL)
+		nng_aio_cancel(c->aio);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Registers aio with cancel (or fails if it already fired). */
+static int cancel_attach(struct rpc_cancel *cancel, nng_aio *aio)
+{
+	if (cancel == NULL)
+		return 0;
+	pthread_mutex_lock(&cancel->lock);
+	int fired = cancel->fired;
+	if (!fired)
+		cancel->aio = aio;
+	pthread_mutex_unlock(&cancel->lock);
+	return fired;
+}
+
+static void cancel_detach(struct rpc_cancel *cancel)
+{
+	if (cancel == NULL)
+		return;
+	pthread_mutex_lock(&cancel->lock);
+	cancel->aio = NULL;
+	pthread_mutex_unlock(&cancel->lock);
+}
+
 int rpc_call(struct rpc_client *c, const ProtobufCServiceDescriptor *svc, unsigned method,
              const void *request, struct arena *a, void **reply, int timeout_ms, struct status *st)
 {
+	return rpc_call_cancellable(c, svc, method, request, a, reply, timeout_ms, NULL, st);
+}
+
+int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
+                         unsigned method, const void *request, struct arena *a, void **reply,
+                         int timeout_ms, struct rpc_cancel *cancel, struct status *st)
+{
+
 	if (method >= svc->n_methods)
 		return status_set(st, ST_INTERNAL, "%s has no method %u", svc->name, method);
 	const ProtobufCMethodDescriptor *m = &svc->methods[method];
@@ -283,6 +336,11 @@ int rpc_call(struct rpc_client *c, const ProtobufCServiceDescriptor *svc, unsign
 	}
 	nng_aio_set_timeout(aio, timeout_ms);
 	nng_aio_set_msg(aio, msg);
+	if (cancel_attach(cancel, aio)) {
+		nng_msg_free(msg);
+		rv = NNG_ECANCELED;
+		goto fail;
+	}
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0) {
@@ -293,6 +351,7 @@ int rpc_call(struct rpc_client *c, const ProtobufCServiceDescriptor *svc, unsign
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0)
 		goto fail;
+	cancel_detach(cancel);
 	nng_msg *resp_msg = nng_aio_get_msg(aio);
 	nng_aio_free(aio);
 	nng_ctx_close(ctx);
@@ -313,8 +372,11 @@ int rpc_call(struct rpc_client *c, const ProtobufCServiceDescriptor *svc, unsign
 	status_clear(st);
 	return ST_OK;
 fail:
+	cancel_detach(cancel);
 	nng_aio_free(aio);
 	nng_ctx_close(ctx);
+	if (rv == NNG_ECANCELED && cancel != NULL)
+		return status_set(st, ST_UNAVAILABLE, "%s", cancel->reason);
 	if (rv == NNG_ETIMEDOUT)
 		return status_set(st, ST_DEADLINE_EXCEEDED,
 		                  "%s to %s: no reply within %d ms (is the peer running?)", m->name,

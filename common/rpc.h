@@ -6,6 +6,7 @@
 #ifndef PODEMU_RPC_H
 #define PODEMU_RPC_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -58,5 +59,25 @@ const char *rpc_client_url(const struct rpc_client *c);
  */
 int rpc_call(struct rpc_client *c, const ProtobufCServiceDescriptor *svc, unsigned method,
              const void *request, struct arena *a, void **reply, int timeout_ms, struct status *st);
+
+/*
+ * Lets another thread abort a call in progress (a peer that is known to be gone need not be
+ * waited for). The call then returns UNAVAILABLE with the reason given to rpc_cancel_fire.
+ */
+struct rpc_cancel {
+	pthread_mutex_t lock;
+	void *aio; /* the call's nng_aio while it waits */
+	int fired;
+	char reason[512];
+};
+
+void rpc_cancel_init(struct rpc_cancel *c);
+void rpc_cancel_destroy(struct rpc_cancel *c);
+void rpc_cancel_fire(struct rpc_cancel *c, const char *reason);
+
+/* rpc_call that rpc_cancel_fire(cancel) can abort; cancel may be NULL. */
+int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
+                         unsigned method, const void *request, struct arena *a, void **reply,
+                         int timeout_ms, struct rpc_cancel *cancel, struct status *st);
 
 #endif

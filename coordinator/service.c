@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fanout.h"
 #include "graph.h"
@@ -24,6 +25,7 @@ struct fan {
 	void **replies;
 	struct status *sts;
 	int timeout_ms;
+	struct rpc_cancel *cancels; /* per host, or NULL */
 };
 
 static void fan_one(int i, void *arg)
@@ -32,8 +34,9 @@ static void fan_one(int i, void *arg)
 	status_clear(&f->sts[i]);
 	if (f->requests[i] == NULL)
 		return;
-	rpc_call(f->clients[i], &podemu__agent__descriptor, f->method, f->requests[i], f->a,
-	         &f->replies[i], f->timeout_ms, &f->sts[i]);
+	rpc_call_cancellable(f->clients[i], &podemu__agent__descriptor, f->method, f->requests[i],
+	                     f->a, &f->replies[i], f->timeout_ms,
+	                     f->cancels ? &f->cancels[i] : NULL, &f->sts[i]);
 }
 
 /*
@@ -45,7 +48,7 @@ static int fan_call(struct coordinator *co, struct rpc_client **clients, unsigne
                     struct status *sts, int timeout_ms, struct status *st)
 {
 	int n = co->reg.topo.num_hosts;
-	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms};
+	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, NULL};
 	fanout_run(n, fan_one, &f);
 	for (int h = 0; h < n; h++)
 		if (sts[h].code != ST_OK)
@@ -208,8 +211,12 @@ static void release_everywhere(struct coordinator *co, struct arena *a, struct r
 	podemu__release_request__init(req);
 	req->handles = handles;
 	req->n_handles = n;
+	/* Hosts that are gone have nothing left to free, and would only be waited for. */
+	pthread_mutex_lock(&co->reg.lock);
 	for (int h = 0; h < hosts; h++)
-		reqs[h] = skip_host && skip_host[h] ? NULL : req;
+		reqs[h] = (skip_host && skip_host[h]) || !co->reg.hosts[h].alive ? NULL : req;
+	pthread_mutex_unlock(&co->reg.lock);
+
 	struct status st;
 	fan_call(co, clients, AM_RELEASE, reqs, a, replies, sts, co->agent_timeout_ms, &st);
 }
@@ -246,6 +253,114 @@ static int check_fits(struct coordinator *co, const struct plan *p, struct statu
 	    status_human_bytes(u, used), status_human_bytes(l, limit),
 	    status_human_bytes(over, used - limit), status_human_bytes(args, p->argument_bytes),
 	    status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes));
+}
+
+/* Watches the hosts of a running step; a lost one makes the step fail everywhere at once. */
+struct step_watch {
+	struct coordinator *co;
+	struct rpc_client **clients;
+	struct rpc_cancel *cancels;
+	uint64_t step_id;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	int done;
+};
+
+static void *watch_main(void *arg)
+{
+	struct step_watch *w = arg;
+	struct registry *reg = &w->co->reg;
+	int hosts = reg->topo.num_hosts, cph = reg->topo.cores_per_host;
+	pthread_mutex_lock(&w->lock);
+	while (!w->done) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&w->cv, &w->lock, &ts);
+		if (w->done)
+			break;
+		int lost = -1;
+		pthread_mutex_lock(&reg->lock);
+		for (int h = 0; h < hosts && lost < 0; h++)
+			if (!reg->hosts[h].alive || reg->hosts[h].client != w->clients[h])
+				lost = h;
+		pthread_mutex_unlock(&reg->lock);
+		if (lost < 0)
+			continue;
+		char reason[512];
+		snprintf(reason, sizeof(reason),
+		         "host %d (cores %d..%d) is lost: no heartbeat within %d ms; step %llu "
+		         "cannot complete",
+		         lost, lost * cph, (lost + 1) * cph - 1, reg->heartbeat_timeout_ms,
+		         (unsigned long long)w->step_id);
+		log_warn("%s", reason);
+		pthread_mutex_unlock(&w->lock);
+		rpc_cancel_fire(&w->cancels[lost], reason);
+		/* The survivors stop waiting for the lost host's data and report why. */
+		for (int h = 0; h < hosts; h++) {
+			if (h == lost)
+				continue;
+			struct arena *a = arena_new();
+			Podemu__AbortRequest req = PODEMU__ABORT_REQUEST__INIT;
+			req.step_id = w->step_id;
+			req.code = ST_UNAVAILABLE;
+			req.reason = reason;
+			void *reply;
+			struct status st;
+			if (a != NULL)
+				rpc_call(w->clients[h], &podemu__agent__descriptor, AM_ABORT_STEP,
+				         &req, a, &reply, 2000, &st);
+			arena_free(a);
+		}
+		pthread_mutex_lock(&w->lock);
+		break;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+/* fan_call for a step's phases, watching the hosts while it runs. */
+static int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsigned method,
+                            int timeout_ms, uint64_t step_id, const void *const *requests,
+                            struct arena *a, void **replies, struct status *sts, struct status *st)
+{
+	int n = co->reg.topo.num_hosts;
+	struct rpc_cancel *cancels = arena_calloc(a, (size_t)n, sizeof(*cancels));
+	if (cancels == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int h = 0; h < n; h++)
+		rpc_cancel_init(&cancels[h]);
+	struct step_watch w = {
+	    .co = co, .clients = clients, .cancels = cancels, .step_id = step_id};
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	pthread_t thread;
+	int watching = pthread_create(&thread, NULL, watch_main, &w) == 0;
+	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, cancels};
+	fanout_run(n, fan_one, &f);
+	if (watching) {
+		pthread_mutex_lock(&w.lock);
+		w.done = 1;
+		pthread_cond_broadcast(&w.cv);
+		pthread_mutex_unlock(&w.lock);
+		pthread_join(thread, NULL);
+	}
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.lock);
+	for (int h = 0; h < n; h++)
+		rpc_cancel_destroy(&cancels[h]);
+	/* The cause first: a lost host's status names it; the others only echo it. */
+	for (int h = 0; h < n; h++)
+		if (cancels[h].fired)
+			return status_set(st, ST_UNAVAILABLE, "%s", cancels[h].reason);
+	for (int h = 0; h < n; h++)
+		if (sts[h].code != ST_OK)
+			return status_set(st, sts[h].code, "%s", sts[h].message);
+	return ST_OK;
 }
 
 /*
@@ -349,15 +464,19 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 			return rv;
 		reqs[h] = ph;
 	}
-	rv =
-	    fan_call(co, clients, AM_PREPARE_STEP, reqs, a, replies, sts, co->agent_timeout_ms, st);
+	rv = fan_call_watched(co, clients, AM_PREPARE_STEP, co->agent_timeout_ms, step_id, reqs, a,
+	                      replies, sts, st);
 	if (rv != ST_OK) {
 		Podemu__AbortRequest *abort_req = arena_alloc(a, sizeof(*abort_req));
 		if (abort_req != NULL) {
 			podemu__abort_request__init(abort_req);
 			abort_req->step_id = step_id;
+			pthread_mutex_lock(&co->reg.lock);
 			for (int h = 0; h < hosts; h++)
-				reqs[h] = sts[h].code == ST_OK ? abort_req : NULL;
+				reqs[h] = sts[h].code == ST_OK && co->reg.hosts[h].alive ? abort_req
+				                                                         : NULL;
+			pthread_mutex_unlock(&co->reg.lock);
+
 			struct status ast;
 			fan_call(co, clients, AM_ABORT_STEP, reqs, a, replies, sts,
 			         co->agent_timeout_ms, &ast);
@@ -374,7 +493,8 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	run->n_release_after = req->n_release_after;
 	reqs = same_for_all(a, hosts, run);
 	*ran = true;
-	rv = fan_call(co, clients, AM_RUN_STEP, reqs, a, replies, sts, co->step_timeout_ms, st);
+	rv = fan_call_watched(co, clients, AM_RUN_STEP, co->step_timeout_ms, step_id, reqs, a,
+	                      replies, sts, st);
 	if (rv != ST_OK) {
 		for (int h = 0; h < hosts; h++)
 			failed[h] = sts[h].code != ST_OK;
@@ -602,6 +722,24 @@ static int h_get_memory_stats(void *state, struct arena *a, const void *request,
 		return status_set(st, ST_INVALID_ARGUMENT, "core %d is out of range [0, %d)",
 		                  req->ordinal, world);
 	struct rpc_client **clients;
+	if (req->ordinal >= 0) {
+		/* One core can be asked while other hosts are missing. */
+		int h = req->ordinal / co->reg.topo.cores_per_host;
+		struct rpc_client *client = NULL;
+		pthread_mutex_lock(&co->reg.lock);
+		if (co->reg.hosts[h].registered && co->reg.hosts[h].alive)
+			client = co->reg.hosts[h].client;
+		pthread_mutex_unlock(&co->reg.lock);
+		if (client == NULL)
+			return status_set(st, ST_UNAVAILABLE, "host %d (core %d) is not alive", h,
+			                  req->ordinal);
+		void *one;
+		int rv1 = rpc_call(client, &podemu__agent__descriptor, AM_GET_MEMORY_STATS, req, a,
+		                   &one, co->agent_timeout_ms, st);
+		if (rv1 == ST_OK)
+			*rep = *(Podemu__MemoryStatsReply *)one;
+		return rv1;
+	}
 	int rv = snapshot_hosts(co, a, &clients, NULL, st);
 	if (rv != ST_OK)
 		return rv;
