@@ -118,6 +118,9 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 	h->blocks[pos] = (struct hbm_block){.offset = at, .size = need};
 	h->num_blocks++;
 	h->stats.num_allocs++;
+	/* A new buffer mostly lands on pages a freed one left committed. */
+	h->retained = h->retained > need ? h->retained - need : 0;
+
 	if (need > h->stats.largest_alloc_size)
 		h->stats.largest_alloc_size = need;
 	hbm_note_usage(h);

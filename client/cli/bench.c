@@ -203,24 +203,34 @@ static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op
 		fprintf(stderr, "podemu bench: upload: %s\n", pe_last_error(c));
 		return -1;
 	}
-	double total_us = 0;
-	int64_t micros = 0;
-	const char *algo = "";
+	/*
+	 * All iterations run back to back in one step, as nccl-tests loops on a stream: the cost
+	 * of dispatching a step to every agent is paid once, not per collective. Only the last
+	 * result is kept; the others are temporaries that share one region.
+	 */
+	int total = o->warmup + o->iters;
 	pe_tensor *y = NULL;
-	for (int it = 0; it < o->warmup + o->iters; it++) {
+	for (int it = 0; it < total; it++) {
 		pe_release(y);
 		y = record(c, op, x, g, world);
-		if (y == NULL || pe_mark_step(c) != PE_OK) {
-			fprintf(stderr, "podemu bench: %s of %lld bytes: %s\n", op_names[op],
-			        (long long)bytes, pe_last_error(c));
-			pe_release(y);
-			pe_release(x);
-			return -1;
-		}
-		pe_last_step_collectives(c, &micros, &algo, 1);
-		if (it >= o->warmup)
-			total_us += (double)micros;
 	}
+	if (y == NULL || pe_mark_step(c) != PE_OK) {
+		fprintf(stderr, "podemu bench: %s of %lld bytes: %s\n", op_names[op],
+		        (long long)bytes, pe_last_error(c));
+		pe_release(y);
+		pe_release(x);
+		return -1;
+	}
+	int64_t *micros = calloc((size_t)total, sizeof(int64_t));
+	const char **algos = calloc((size_t)total, sizeof(char *));
+	pe_last_step_collectives(c, micros, algos, total);
+	double total_us = 0;
+	for (int it = o->warmup; it < total; it++)
+		total_us += (double)micros[it];
+	const char *algo = algos[total - 1] ? algos[total - 1] : "";
+	free(micros);
+	free(algos);
+
 	row->op = op;
 	row->count = op == B_AG ? out_elems : in_elems;
 
