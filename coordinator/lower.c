@@ -160,8 +160,13 @@ static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, in
 	}
 }
 
+/*
+ * All-reduce in place in the output: a ring reduce-scatter over flat blocks leaves block p+1
+ * reduced on core p, then the blocks are gathered, around the ring or (within one host, where
+ * a transfer is one memory copy) directly from every member.
+ */
 static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const struct shape *in,
-                       int doubling)
+                       int doubling, int direct_gather)
 {
 	copy_phase(b, IN, whole(b, in), whole(b, in));
 	if (n == 1)
@@ -178,9 +183,21 @@ static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const 
 	for (int s = 0; s < n - 1; s++)
 		exchange(b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p - s, n)),
 		         (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s - 1, n)), 1);
-	for (int s = 0; s < n - 1; s++)
-		exchange(b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p + 1 - s, n)),
-		         (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s, n)), 0);
+	/* The gather half rewrites blocks the reduce half sent: local cores must have taken them.
+	 */
+	for (int s = 0; s < n - 1; s++) {
+		Podemu__CollPhase *ph;
+		if (direct_gather)
+			ph = exchange(
+			    b, (int)m[MOD(p + 1 + s, n)], OUT, flat_block(b, in, n, MOD(p + 1, n)),
+			    (int)m[MOD(p - 1 - s, n)], flat_block(b, in, n, MOD(p - s, n)), 0);
+		else
+			ph = exchange(
+			    b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p + 1 - s, n)),
+			    (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s, n)), 0);
+		if (ph != NULL && s == 0)
+			ph->drain = 1;
+	}
 }
 
 static void all_to_all(struct builder *b, const int64_t *m, int n, int p, int sd, int cd,
@@ -225,7 +242,7 @@ int64_t lower_scratch_bytes(const Podemu__Node *n, const struct shape *in, int64
 	return bytes < chunk_bytes ? bytes : chunk_bytes;
 }
 
-static const char *choose(enum opcode op, int n, int64_t bytes, const char *forced)
+static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, const char *forced)
 {
 	int pow2 = n > 0 && (n & (n - 1)) == 0;
 	if (forced != NULL && forced[0] != '\0') {
@@ -237,10 +254,15 @@ static const char *choose(enum opcode op, int n, int64_t bytes, const char *forc
 		    (op == OP_ALL_GATHER || op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER))
 			return "ring";
 	}
+	/* Within one host a transfer is a memory copy: no hop is worth a ring's extra steps. */
 	switch (op) {
+	case OP_ALL_GATHER:
+		return one_host ? "direct" : "ring";
 	case OP_ALL_REDUCE:
-		return pow2 && n > 1 && bytes <= LOWER_SMALL_ALL_REDUCE_BYTES ? "recursive-doubling"
-		                                                              : "ring";
+		if (pow2 && n > 1 && bytes <= LOWER_SMALL_ALL_REDUCE_BYTES)
+			return "recursive-doubling";
+		return one_host ? "ring+direct" : "ring";
+
 	case OP_ALL_TO_ALL:
 	case OP_COLLECTIVE_PERMUTE:
 		return "direct";
@@ -286,7 +308,10 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				int gi = groups.group_of[me], n = groups.size[gi];
 				int p = groups.position_of[me];
 				const int64_t *m = groups.ids + groups.start[gi];
-				algo = choose(op, n, shape_bytes(in), forced_algorithm);
+				int one_host = 1;
+				for (int k = 0; k < n; k++)
+					one_host &= m[k] / cph == m[0] / cph;
+				algo = choose(op, n, shape_bytes(in), one_host, forced_algorithm);
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
 				if (op == OP_ALL_GATHER)
 					all_gather(&b, m, n, p, d, in, res,
@@ -295,7 +320,8 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 					reduce_scatter(&b, m, n, p, d, in, res);
 				else if (op == OP_ALL_REDUCE)
 					all_reduce(&b, m, n, p, in,
-					           strcmp(algo, "recursive-doubling") == 0);
+					           strcmp(algo, "recursive-doubling") == 0,
+					           strcmp(algo, "ring+direct") == 0);
 				else
 					all_to_all(&b, m, n, p, (int)node->split_dimension,
 					           (int)node->concat_dimension, in, res);
