@@ -39,7 +39,7 @@ struct hbm_block {
 
 struct hbm {
 	int64_t capacity;
-		int64_t retained; /* estimate of freed bytes whose pages are still committed */
+	int64_t retained; /* estimate of freed bytes whose pages are still committed */
 
 	unsigned char *base;      /* NULL under --backing none */
 	struct hbm_block *blocks; /* sorted by offset */

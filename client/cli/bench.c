@@ -208,7 +208,7 @@ static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op
 	 * of dispatching a step to every agent is paid once, not per collective. Only the last
 	 * result is kept; the others are temporaries that share one region.
 	 */
-		int total = o->warmup + o->iters;
+	int total = o->warmup + o->iters;
 	pe_tensor *y = NULL;
 	/* The first step warms up (first touch of the buffers); the second is timed. */
 	for (int pass = 0; pass < 2; pass++) {
@@ -218,7 +218,7 @@ static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op
 		}
 		if (y == NULL || pe_mark_step(c) != PE_OK) {
 			fprintf(stderr, "podemu bench: %s of %lld bytes: %s\n", op_names[op],
-				(long long)bytes, pe_last_error(c));
+			        (long long)bytes, pe_last_error(c));
 			pe_release(y);
 			pe_release(x);
 			return -1;
