@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kernels.h"
 #include "log.h"
 #include "step.h"
@@ -73,101 +74,6 @@ static void seq_read(unsigned char *dst, unsigned char *base, const Podemu__Bloc
 	}
 }
 
-/* dst[i] = dst[i] (op) src[i] over n bytes of elements of dtype. */
-static void reduce_into(int dtype, enum reducer red, void *dst, const void *src, int64_t nbytes)
-{
-	int64_t n = nbytes / (int64_t)dtype_size(dtype);
-	if (dtype == DT_F32) {
-		float *d = dst;
-		const float *s = src;
-		switch (red) {
-		case RED_ADD:
-			for (int64_t i = 0; i < n; i++)
-				d[i] += s[i];
-			return;
-		case RED_MULTIPLY:
-			for (int64_t i = 0; i < n; i++)
-				d[i] *= s[i];
-			return;
-		case RED_MAX:
-			for (int64_t i = 0; i < n; i++)
-				d[i] = (isnan(d[i]) || d[i] > s[i]) ? d[i] : s[i];
-			return;
-		case RED_MIN:
-			for (int64_t i = 0; i < n; i++)
-				d[i] = (isnan(d[i]) || d[i] < s[i]) ? d[i] : s[i];
-			return;
-		default:
-			return;
-		}
-	}
-	if (dtype == DT_BF16) {
-		uint16_t *d = dst;
-		const uint16_t *s = src;
-		for (int64_t i = 0; i < n; i++) {
-			float x = kernel_bf16_to_f32(d[i]), y = kernel_bf16_to_f32(s[i]), r = x;
-			if (red == RED_ADD)
-				r = x + y;
-			else if (red == RED_MULTIPLY)
-				r = x * y;
-			else if (red == RED_MAX)
-				r = (isnan(x) || x > y) ? x : y;
-			else if (red == RED_MIN)
-				r = (isnan(x) || x < y) ? x : y;
-			d[i] = kernel_f32_to_bf16(r);
-		}
-		return;
-	}
-	for (int64_t i = 0; i < n; i++) {
-		int64_t x, y, r;
-		switch (dtype) {
-		case DT_S32:
-			x = ((int32_t *)dst)[i], y = ((const int32_t *)src)[i];
-			break;
-		case DT_U32:
-			x = ((uint32_t *)dst)[i], y = ((const uint32_t *)src)[i];
-			break;
-		default:
-			x = ((uint8_t *)dst)[i], y = ((const uint8_t *)src)[i];
-			break;
-		}
-		switch (red) {
-		case RED_ADD:
-			r = x + y;
-			break;
-		case RED_MULTIPLY:
-			r = (int64_t)((uint64_t)x * (uint64_t)y);
-			break;
-		case RED_MAX:
-			r = x > y ? x : y;
-			break;
-		case RED_MIN:
-			r = x < y ? x : y;
-			break;
-		case RED_AND:
-			r = dtype == DT_PRED ? (x && y) : (x & y);
-			break;
-		default:
-			r = dtype == DT_PRED ? (x || y) : (x | y);
-			break;
-		}
-		switch (dtype) {
-		case DT_S32:
-			((int32_t *)dst)[i] = (int32_t)(uint32_t)(uint64_t)r;
-			break;
-		case DT_U32:
-			((uint32_t *)dst)[i] = (uint32_t)(uint64_t)r;
-			break;
-		case DT_PRED:
-			((uint8_t *)dst)[i] = r != 0;
-			break;
-		default:
-			((uint8_t *)dst)[i] = (uint8_t)(uint64_t)r;
-			break;
-		}
-	}
-}
-
 static void seq_reduce(int dtype, enum reducer red, unsigned char *base,
                        const Podemu__BlockLayout *l, int64_t pos, const unsigned char *src,
                        int64_t len)
@@ -175,7 +81,7 @@ static void seq_reduce(int dtype, enum reducer red, unsigned char *base,
 	while (len > 0) {
 		int64_t n;
 		unsigned char *p = piece(base, l, pos, len, &n);
-		reduce_into(dtype, red, p, src, n);
+		kernel_accumulate(dtype, red, p, src, n);
 		src += n, pos += n, len -= n;
 	}
 }
@@ -400,7 +306,7 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) {
 		/* Through the one-chunk scratch: the input block may alias nothing here. */
 		seq_read(r->scratch, r->in, ph->combine_block, pos, len);
-		reduce_into(r->dtype, r->red, r->scratch, e->payload, len);
+		kernel_accumulate(r->dtype, r->red, r->scratch, e->payload, len);
 		seq_write(r->out, ph->recv_block, pos, r->scratch, len);
 	} else if (ph->reduce) {
 		seq_reduce(r->dtype, r->red, r->out, ph->recv_block, pos, e->payload, len);
@@ -573,13 +479,8 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	                .out = core_ptr(c, s, node),
 	                .dtype = s->shapes[node].dtype,
 	                .red = reducer_parse(n->reducer)};
-	clock_gettime(CLOCK_REALTIME, &r.deadline);
-	r.deadline.tv_sec += s->timeout_ms / 1000;
-	r.deadline.tv_nsec += (long)(s->timeout_ms % 1000) * 1000000;
-	if (r.deadline.tv_nsec >= 1000000000) {
-		r.deadline.tv_sec++;
-		r.deadline.tv_nsec -= 1000000000;
-	}
+	r.deadline = clock_deadline_ms(s->timeout_ms);
+
 	r.send_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.recv_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.chans = calloc((size_t)dev->num_hosts, sizeof(*r.chans));

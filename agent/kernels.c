@@ -421,3 +421,97 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 		return status_set(st, ST_UNIMPLEMENTED, "no kernel for %s", opcode_name(k->op));
 	}
 }
+
+void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, int64_t nbytes)
+{
+	int64_t n = nbytes / (int64_t)dtype_size(dtype);
+	if (dtype == DT_F32) {
+		float *d = dst;
+		const float *s = src;
+		switch (red) {
+		case RED_ADD:
+			for (int64_t i = 0; i < n; i++)
+				d[i] += s[i];
+			return;
+		case RED_MULTIPLY:
+			for (int64_t i = 0; i < n; i++)
+				d[i] *= s[i];
+			return;
+		case RED_MAX:
+			for (int64_t i = 0; i < n; i++)
+				d[i] = (isnan(d[i]) || d[i] > s[i]) ? d[i] : s[i];
+			return;
+		case RED_MIN:
+			for (int64_t i = 0; i < n; i++)
+				d[i] = (isnan(d[i]) || d[i] < s[i]) ? d[i] : s[i];
+			return;
+		default:
+			return;
+		}
+	}
+	if (dtype == DT_BF16) {
+		uint16_t *d = dst;
+		const uint16_t *s = src;
+		for (int64_t i = 0; i < n; i++) {
+			float x = kernel_bf16_to_f32(d[i]), y = kernel_bf16_to_f32(s[i]), r = x;
+			if (red == RED_ADD)
+				r = x + y;
+			else if (red == RED_MULTIPLY)
+				r = x * y;
+			else if (red == RED_MAX)
+				r = (isnan(x) || x > y) ? x : y;
+			else if (red == RED_MIN)
+				r = (isnan(x) || x < y) ? x : y;
+			d[i] = kernel_f32_to_bf16(r);
+		}
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		int64_t x, y, r;
+		switch (dtype) {
+		case DT_S32:
+			x = ((int32_t *)dst)[i], y = ((const int32_t *)src)[i];
+			break;
+		case DT_U32:
+			x = ((uint32_t *)dst)[i], y = ((const uint32_t *)src)[i];
+			break;
+		default:
+			x = ((uint8_t *)dst)[i], y = ((const uint8_t *)src)[i];
+			break;
+		}
+		switch (red) {
+		case RED_ADD:
+			r = x + y;
+			break;
+		case RED_MULTIPLY:
+			r = (int64_t)((uint64_t)x * (uint64_t)y);
+			break;
+		case RED_MAX:
+			r = x > y ? x : y;
+			break;
+		case RED_MIN:
+			r = x < y ? x : y;
+			break;
+		case RED_AND:
+			r = dtype == DT_PRED ? (x && y) : (x & y);
+			break;
+		default:
+			r = dtype == DT_PRED ? (x || y) : (x | y);
+			break;
+		}
+		switch (dtype) {
+		case DT_S32:
+			((int32_t *)dst)[i] = (int32_t)(uint32_t)(uint64_t)r;
+			break;
+		case DT_U32:
+			((uint32_t *)dst)[i] = (uint32_t)(uint64_t)r;
+			break;
+		case DT_PRED:
+			((uint8_t *)dst)[i] = r != 0;
+			break;
+		default:
+			((uint8_t *)dst)[i] = (uint8_t)(uint64_t)r;
+			break;
+		}
+	}
+}

@@ -27,6 +27,13 @@ struct kernel_call {
 /* Runs one kernel. Returns UNIMPLEMENTED for ops without a kernel, INTERNAL on host OOM. */
 int kernel_run(const struct kernel_call *k, struct status *st);
 
+/*
+ * dst[i] = dst[i] (op) src[i] for the nbytes / element-size elements of dtype: the reduction
+ * step of the reducing collectives. Integers wrap, pred and/or are logical, NaN propagates
+ * through max and min.
+ */
+void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, int64_t nbytes);
+
 /* Element conversions shared with tests: bf16 <-> f32 with round-to-nearest-even. */
 float kernel_bf16_to_f32(uint16_t v);
 uint16_t kernel_f32_to_bf16(float f);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "fanout.h"
 #include "graph.h"
 #include "lower.h"
@@ -273,14 +274,9 @@ static void *watch_main(void *arg)
 	int hosts = reg->topo.num_hosts, cph = reg->topo.cores_per_host;
 	pthread_mutex_lock(&w->lock);
 	while (!w->done) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		struct timespec ts = clock_deadline_ms(100);
 		pthread_cond_timedwait(&w->cv, &w->lock, &ts);
+
 		if (w->done)
 			break;
 		int lost = -1;
