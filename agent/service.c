@@ -1,8 +1,24 @@
 #include "service.h"
 
+#include <stdio.h>
+#include <unistd.h>
+
 #include "graph.h"
 #include "podemu.pb-c.h"
 #include "services.h"
+
+/* Resident memory of this process, from /proc (0 if unknown). */
+static int64_t rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long long size = 0, resident = 0;
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%lld %lld", &size, &resident) != 2)
+		resident = 0;
+	fclose(f);
+	return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
 
 static int not_ready(struct status *st)
 {
@@ -120,6 +136,7 @@ static int h_memory(void *state, struct arena *a, const void *request, void *rep
 	Podemu__MemoryStatsReply *rep = reply;
 	if (!ag->ready)
 		return not_ready(st);
+	rep->host_rss_bytes = rss_bytes();
 	return device_memory_stats(&ag->dev, a, req->ordinal, &rep->cores, &rep->n_cores, st);
 }
 

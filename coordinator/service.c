@@ -127,7 +127,9 @@ static int h_heartbeat(void *state, struct arena *a, const void *request, void *
 
 /* Gathers every core's statistics, in ordinal order, into *cores. */
 static int collect_memory(struct coordinator *co, struct arena *a, struct rpc_client **clients,
-                          Podemu__CoreMemory ***cores, size_t *n_cores, struct status *st)
+                          Podemu__CoreMemory ***cores, size_t *n_cores, Podemu__HostInfo **hosts,
+                          struct status *st)
+
 {
 	int n = co->reg.topo.num_hosts;
 	Podemu__MemoryStatsRequest *req = arena_alloc(a, sizeof(*req));
@@ -146,6 +148,11 @@ static int collect_memory(struct coordinator *co, struct arena *a, struct rpc_cl
 	*n_cores = 0;
 	for (int h = 0; h < n; h++) {
 		Podemu__MemoryStatsReply *r = replies[h];
+		if (hosts != NULL && hosts[h] != NULL) {
+			hosts[h]->rss_bytes = r->host_rss_bytes;
+			for (size_t k = 0; k < r->n_cores; k++)
+				hosts[h]->accounted_bytes += r->cores[k]->bytes_in_use;
+		}
 		for (size_t k = 0;
 		     k < r->n_cores && *n_cores < (size_t)topology_world_size(&co->reg.topo); k++)
 			(*cores)[(*n_cores)++] = r->cores[k];
@@ -190,7 +197,8 @@ static int h_get_status(void *state, struct arena *a, const void *request, void 
 		struct rpc_client **clients;
 		struct status mst;
 		if (snapshot_hosts(co, a, &clients, NULL, &mst) == ST_OK &&
-		    collect_memory(co, a, clients, &rep->cores, &rep->n_cores, &mst) != ST_OK)
+		    collect_memory(co, a, clients, &rep->cores, &rep->n_cores, rep->hosts, &mst) !=
+		        ST_OK)
 			log_warn("status: cannot collect memory statistics: %s", mst.message);
 	}
 	return ST_OK;
@@ -740,7 +748,7 @@ static int h_get_memory_stats(void *state, struct arena *a, const void *request,
 	if (rv != ST_OK)
 		return rv;
 	if (req->ordinal < 0)
-		return collect_memory(co, a, clients, &rep->cores, &rep->n_cores, st);
+		return collect_memory(co, a, clients, &rep->cores, &rep->n_cores, NULL, st);
 	void *got;
 	rv = rpc_call(clients[req->ordinal / co->reg.topo.cores_per_host],
 	              &podemu__agent__descriptor, AM_GET_MEMORY_STATS, req, a, &got,

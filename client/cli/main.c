@@ -284,7 +284,8 @@ static int cmd_status(const struct cli *o)
 			json_string(h->control_url);
 			printf(", \"data_url\": ");
 			json_string(h->data_url);
-			printf("}");
+			printf(", \"rss_bytes\": %lld, \"accounted_bytes\": %lld}",
+			       (long long)h->rss_bytes, (long long)h->accounted_bytes);
 		}
 		printf("], \"cores\": [");
 		for (size_t i = 0; i < ps->n_cores; i++) {
@@ -305,8 +306,9 @@ static int cmd_status(const struct cli *o)
 		       ps->cores_per_host, ps->world_size, url);
 		for (size_t i = 0; i < ps->n_hosts; i++) {
 			const Podemu__HostInfo *h = ps->hosts[i];
-			printf("  host %d: %s pid %d backing %s data %s\n", h->index,
-			       h->alive ? "alive" : "missing", h->pid, h->backing, h->data_url);
+			printf("  host %d: %s pid %d backing %s data %s rss %lld accounted %lld\n",
+			       h->index, h->alive ? "alive" : "missing", h->pid, h->backing,
+			       h->data_url, (long long)h->rss_bytes, (long long)h->accounted_bytes);
 		}
 		if (ps->n_cores > 0)
 			printf("  %7s %5s %16s %16s %16s\n", "ordinal", "host", "bytes_used",
