@@ -164,7 +164,8 @@ static void test_receiver_errors_reach_the_sender(void **state)
 	struct status st;
 	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 64, 2, 5000, &st),
 	                 ST_INVALID_ARGUMENT);
-	assert_non_null(strstr(st.message, "refused chunk at 0"));
+	/* Either chunk may be answered first; the first refusal is the one reported. */
+	assert_non_null(strstr(st.message, "refused chunk at "));
 }
 
 static void test_malformed_frames_are_answered(void **state)
