@@ -10,6 +10,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "log.h"
+#include "token.h"
 
 /* Chunk payload plus header; anything larger is refused by the receiving socket. */
 #define DP_MAX_CHUNK (64u * 1024 * 1024)
@@ -36,6 +37,7 @@ struct dp_peer {
 
 struct dataplane {
 	nng_socket sock;
+	char token[TOKEN_MAX + 1];
 	dp_deliver_fn deliver;
 	void *arg;
 	pthread_mutex_t lock;
@@ -107,6 +109,12 @@ static void dp_handle(struct dp_request *w)
 		dp_reply(w, ST_INVALID_ARGUMENT, "malformed data-plane chunk header");
 		return;
 	}
+	if (dp->token[0] != '\0' &&
+	    !token_matches(dp->token, w->header.token, strnlen(w->header.token, TOKEN_MAX))) {
+		dp_reply(w, ST_UNAUTHENTICATED, "chunk carries no pod token, or a wrong one");
+		return;
+	}
+
 	int rv = dp->deliver(dp->arg, w, &w->header,
 	                     (const char *)nng_msg_body(w->msg) + sizeof(struct dp_header), &st);
 	if (rv == DP_PARKED) {
@@ -193,6 +201,11 @@ int dp_start(struct dataplane **out, const char *url, char *bound_url, dp_delive
 	return ST_OK;
 }
 
+void dp_set_token(struct dataplane *dp, const char *token)
+{
+	snprintf(dp->token, sizeof(dp->token), "%s", token ? token : "");
+}
+
 void dp_stop(struct dataplane *dp)
 {
 	if (dp == NULL)
@@ -271,6 +284,7 @@ struct dp_slot {
 };
 
 struct dp_chan {
+	struct dataplane *dp;
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
 	char url[256];
@@ -348,6 +362,7 @@ int dp_chan_open(struct dp_chan **out, struct dataplane *dp, const char *url, in
 	pthread_mutex_init(&ch->lock, NULL);
 	pthread_cond_init(&ch->cv, NULL);
 	snprintf(ch->url, sizeof(ch->url), "%s", url);
+	ch->dp = dp;
 	ch->notify = notify;
 	ch->notify_arg = arg;
 	ch->window = window;
@@ -405,6 +420,8 @@ int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_
 	struct dp_header hh = *h;
 	hh.magic = DP_MAGIC;
 	hh.length = len;
+	memset(hh.token, 0, sizeof(hh.token));
+	memcpy(hh.token, ch->dp->token, strlen(ch->dp->token));
 	char *body = nng_msg_body(msg);
 	memcpy(body, &hh, sizeof(hh));
 	body += sizeof(hh);

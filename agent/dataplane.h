@@ -30,6 +30,7 @@ struct dp_header {
 	uint64_t offset;  /* position in the transfer's byte sequence */
 	uint64_t length;  /* payload bytes that follow */
 	uint64_t covered; /* sequence bytes this chunk stands for (length, or more without data) */
+	char token[64];   /* the pod's secret, zero-padded */
 };
 
 /* A piece of memory to send; a chunk may be gathered from several. */
@@ -57,6 +58,8 @@ typedef int (*dp_deliver_fn)(void *arg, struct dp_request *req, const struct dp_
 int dp_start(struct dataplane **out, const char *url, char *bound_url, dp_deliver_fn deliver,
              void *arg, struct status *st);
 void dp_stop(struct dataplane *dp);
+/* Chunks must carry token (and sent ones do); NULL or "": none. Call before traffic starts. */
+void dp_set_token(struct dataplane *dp, const char *token);
 
 /* The header and payload of a parked request (valid until dp_complete). */
 const struct dp_header *dp_request_header(const struct dp_request *req);

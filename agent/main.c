@@ -17,6 +17,7 @@
 #include "podemu.pb-c.h"
 #include "service.h"
 #include "services.h"
+#include "token.h"
 
 struct agent_main {
 	struct agent agent;
@@ -47,6 +48,8 @@ static void usage(FILE *f)
 	           "  --host-index N          ask for host index N (e.g. a StatefulSet ordinal)\n"
 	           "  --backing host|none     real bytes behind each heap, or accounting only\n"
 	           "  --heartbeat-ms N        heartbeat interval (default 1000)\n"
+	           "  --token-file PATH       the pod's secret (else PODEMU_TOKEN)\n"
+	           "  --insecure              allow non-loopback addresses without a token\n"
 	           "  --verbose               log debug messages\n");
 }
 
@@ -181,6 +184,8 @@ int main(int argc, char **argv)
 	    {"host-index", required_argument, NULL, 'i'},
 	    {"backing", required_argument, NULL, 'b'},
 	    {"heartbeat-ms", required_argument, NULL, 'B'},
+	    {"token-file", required_argument, NULL, 'k'},
+	    {"insecure", no_argument, NULL, 'I'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
@@ -188,7 +193,8 @@ int main(int argc, char **argv)
 	static struct agent_main m;
 	const char *coordinator = "tcp://127.0.0.1:7460", *data_listen = "tcp://127.0.0.1:0";
 	const char *control_listen = "tcp://127.0.0.1:0", *advertise_host = NULL;
-	int heartbeat_ms = 1000;
+	int heartbeat_ms = 1000, insecure = 0;
+	const char *token_file = NULL;
 	enum log_level level = LOG_INFO;
 	m.backing = "host";
 	m.requested_index = -1;
@@ -212,6 +218,12 @@ int main(int argc, char **argv)
 			break;
 		case 'b':
 			m.backing = optarg;
+			break;
+		case 'k':
+			token_file = optarg;
+			break;
+		case 'I':
+			insecure = 1;
 			break;
 		case 'B':
 			heartbeat_ms = atoi(optarg);
@@ -245,16 +257,30 @@ int main(int argc, char **argv)
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
 	struct status st;
+	char token[TOKEN_MAX + 1];
+	if (token_load(token, token_file, &st) != ST_OK) {
+		fprintf(stderr, "podemu-agent: %s\n", st.message);
+		return 2;
+	}
+	if (token[0] == '\0' && !insecure &&
+	    (!url_is_local(data_listen) || !url_is_local(control_listen))) {
+		fprintf(stderr,
+		        "podemu-agent: refusing to listen on %s / %s without a pod token: give "
+		        "--token-file (or PODEMU_TOKEN), or --insecure\n",
+		        data_listen, control_listen);
+		return 2;
+	}
 	char bound[256];
 	struct dataplane *dp;
 	if (dp_start(&dp, data_listen, bound, agent_deliver, &m.agent, &st) != ST_OK) {
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 1;
 	}
+	dp_set_token(dp, token);
 	advertise(m.data_url, bound, advertise_host);
 	struct rpc_server *server;
 	if (rpc_server_start(&server, control_listen, &podemu__agent__descriptor, agent_handlers,
-	                     &m.agent, 4, bound, &st) != ST_OK) {
+	                     &m.agent, 4, token, bound, &st) != ST_OK) {
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		dp_stop(dp);
 		return 1;
@@ -266,6 +292,8 @@ int main(int argc, char **argv)
 		dp_stop(dp);
 		return 1;
 	}
+	rpc_client_set_token(m.coordinator, token);
+
 	m.dp = dp;
 	log_info("data plane %s, control %s, coordinator %s, backing %s", m.data_url, m.control_url,
 	         coordinator, m.backing);

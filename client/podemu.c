@@ -159,6 +159,11 @@ int pe_connect(pe_client **out, const char *url)
 		return PE_RESOURCE_EXHAUSTED;
 	}
 	int rv = rpc_client_open(&c->rpc, resolved, false, &st);
+	if (rv == ST_OK) {
+		char token[128];
+		state_token(token, sizeof(token), NULL);
+		rpc_client_set_token(c->rpc, token);
+	}
 	if (rv == ST_OK && (c->long_arena = arena_new()) == NULL)
 		rv = status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	if (rv == ST_OK && graph_reset(c) != ST_OK)

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "podemu.pb-c.h"
+#include "token.h"
 
 struct rpc_worker {
 	struct rpc_server *server;
@@ -21,6 +22,7 @@ struct rpc_worker {
 
 struct rpc_server {
 	nng_socket sock;
+	char token[TOKEN_MAX + 1]; /* "" when none is required */
 	const ProtobufCServiceDescriptor *svc;
 	const rpc_handler *handlers;
 	void *state;
@@ -31,6 +33,7 @@ struct rpc_server {
 struct rpc_client {
 	nng_socket sock;
 	char url[256];
+	char token[TOKEN_MAX + 1];
 };
 
 static int status_from_nng(struct status *st, int rv, const char *what, const char *url)
@@ -62,6 +65,12 @@ static nng_msg *rpc_dispatch(struct rpc_server *s, nng_msg *req)
 	if (env == NULL) {
 		status_set(&st, ST_INVALID_ARGUMENT, "malformed RPC envelope (%zu bytes)",
 		           nng_msg_len(req));
+		goto respond;
+	}
+	if (s->token[0] != '\0' && !token_matches(s->token, env->token.data, env->token.len)) {
+		status_set(&st, ST_UNAUTHENTICATED,
+		           "request carries no pod token, or a wrong one (--token-file / "
+		           "PODEMU_TOKEN)");
 		goto respond;
 	}
 	if (env->method >= s->svc->n_methods || s->handlers[env->method] == NULL) {
@@ -136,11 +145,13 @@ static void *rpc_worker_main(void *arg)
 
 int rpc_server_start(struct rpc_server **out, const char *url,
                      const ProtobufCServiceDescriptor *svc, const rpc_handler *handlers,
-                     void *state, int workers, char *bound_url, struct status *st)
+                     void *state, int workers, const char *token, char *bound_url,
+                     struct status *st)
 {
 	struct rpc_server *s = calloc(1, sizeof(*s));
 	if (s == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	snprintf(s->token, sizeof(s->token), "%s", token ? token : "");
 	s->svc = svc;
 	s->handlers = handlers;
 	s->state = state;
@@ -246,6 +257,11 @@ const char *rpc_client_url(const struct rpc_client *c)
 	return c->url;
 }
 
+void rpc_client_set_token(struct rpc_client *c, const char *token)
+{
+	snprintf(c->token, sizeof(c->token), "%s", token ? token : "");
+}
+
 void rpc_cancel_init(struct rpc_cancel *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -307,6 +323,9 @@ int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor 
 	const ProtobufCMethodDescriptor *m = &svc->methods[method];
 	Podemu__RpcRequest env = PODEMU__RPC_REQUEST__INIT;
 	env.method = method;
+	env.token.data = (uint8_t *)c->token;
+	env.token.len = strlen(c->token);
+
 	env.payload.len = protobuf_c_message_get_packed_size(request);
 	env.payload.data = arena_alloc(a, env.payload.len ? env.payload.len : 1);
 	if (env.payload.data == NULL)

@@ -32,13 +32,16 @@ struct rpc_server;
 
 /*
  * Listens on url and serves svc with handlers[i] for method i (NULL: UNIMPLEMENTED), on
- * `workers` threads so that slow methods do not block others. On success *out owns the server
+ * `workers` threads so that slow methods do not block others. With a token (not NULL or ""),
+ * requests that do not carry it get UNAUTHENTICATED. On success *out owns the server
  * and *bound_url (if not NULL, at least 256 bytes) receives the address with the port actually
  * bound (for tcp://host:0).
  */
 int rpc_server_start(struct rpc_server **out, const char *url,
                      const ProtobufCServiceDescriptor *svc, const rpc_handler *handlers,
-                     void *state, int workers, char *bound_url, struct status *st);
+                     void *state, int workers, const char *token, char *bound_url,
+                     struct status *st);
+
 /* Stops accepting, waits for running handlers to finish, frees the server. NULL is allowed. */
 void rpc_server_stop(struct rpc_server *s);
 
@@ -51,6 +54,8 @@ struct rpc_client;
 int rpc_client_open(struct rpc_client **out, const char *url, bool wait, struct status *st);
 void rpc_client_close(struct rpc_client *c);
 const char *rpc_client_url(const struct rpc_client *c);
+/* Every later call carries token (NULL or "": none). */
+void rpc_client_set_token(struct rpc_client *c, const char *token);
 
 /*
  * Calls method `method` of svc with request and waits up to timeout_ms for the reply, which is

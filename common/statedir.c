@@ -44,3 +44,23 @@ void state_coordinator_url(char *out, size_t len, const char *state_dir)
 	}
 	snprintf(out, len, "tcp://127.0.0.1:7460");
 }
+
+void state_token(char *out, size_t len, const char *state_dir)
+{
+	const char *env = getenv("PODEMU_TOKEN");
+	out[0] = '\0';
+	if (env != NULL) {
+		snprintf(out, len, "%s", env);
+		return;
+	}
+	char dir[4096], path[4200];
+	state_dir_resolve(dir, sizeof(dir), state_dir);
+	snprintf(path, sizeof(path), "%s/token", dir);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return;
+	if (fgets(out, (int)len, f) == NULL)
+		out[0] = '\0';
+	out[strcspn(out, "\r\n")] = '\0';
+	fclose(f);
+}

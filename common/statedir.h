@@ -18,4 +18,10 @@ void state_dir_resolve(char *out, size_t len, const char *explicit_dir);
  */
 void state_coordinator_url(char *out, size_t len, const char *state_dir);
 
+/*
+ * The pod token a client presents: $PODEMU_TOKEN, else the first line of the state directory's
+ * `token` file (written by `podemu up`), else "" (none). out holds at least 65 bytes.
+ */
+void state_token(char *out, size_t len, const char *state_dir);
+
 #endif

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "podemu.pb-c.h"
 #include "service.h"
+#include "token.h"
 #include "topology.h"
 
 static void usage(FILE *f)
@@ -30,6 +31,12 @@ static void usage(FILE *f)
 	    "  --chunk-bytes SIZE         collective chunk size (default 4M)\n"
 	    "  --collective-timeout-ms N  a collective fails after N ms (default 120000)\n"
 	    "  --heartbeat-timeout-ms N   a host that is silent this long is lost (default 3000)\n"
+	    "  --collective-algo NAME     force ring, direct or recursive-doubling where it\n"
+	    "                             applies (also PODEMU_COLLECTIVE_ALGO)\n"
+	    "  --window N                 data-plane chunks in flight per peer (default 4)\n"
+	    "  --token-file PATH          the pod's secret (else PODEMU_TOKEN); agents and\n"
+	    "                             clients without it are refused\n"
+	    "  --insecure                 allow a non-loopback address without a token\n"
 	    "  --verbose                  log debug messages\n");
 }
 
@@ -79,6 +86,10 @@ int main(int argc, char **argv)
 	    {"chunk-bytes", required_argument, NULL, 'c'},
 	    {"collective-timeout-ms", required_argument, NULL, 'T'},
 	    {"heartbeat-timeout-ms", required_argument, NULL, 'B'},
+	    {"collective-algo", required_argument, NULL, 'A'},
+	    {"window", required_argument, NULL, 'W'},
+	    {"token-file", required_argument, NULL, 'k'},
+	    {"insecure", no_argument, NULL, 'I'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
@@ -87,6 +98,8 @@ int main(int argc, char **argv)
 	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
 	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
+	const char *token_file = NULL;
+	int insecure = 0;
 	enum log_level level = LOG_INFO;
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -120,6 +133,12 @@ int main(int argc, char **argv)
 			break;
 		case 'A':
 			algo = optarg;
+			break;
+		case 'k':
+			token_file = optarg;
+			break;
+		case 'I':
+			insecure = 1;
 			break;
 		case 'W':
 			window = atoi(optarg);
@@ -171,12 +190,26 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	char token[TOKEN_MAX + 1];
+	if (token_load(token, token_file, &st) != ST_OK) {
+		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+		return 2;
+	}
+	if (token[0] == '\0' && !url_is_local(listen_url) && !insecure) {
+		fprintf(stderr,
+		        "podemu-coordinator: refusing to listen on %s without a pod token: "
+		        "give --token-file (or PODEMU_TOKEN), or --insecure\n",
+		        listen_url);
+		return 2;
+	}
+
 	static struct coordinator co;
 	if (registry_init(&co.reg, &topo, heartbeat_timeout, &st) != ST_OK) {
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 1;
 	}
 	pthread_mutex_init(&co.step_lock, NULL);
+	snprintf(co.reg.token, sizeof(co.reg.token), "%s", token);
 	co.chunk_bytes = chunk;
 	co.collective_timeout_ms = collective_timeout;
 	co.step_timeout_ms = collective_timeout + 600000;
@@ -187,7 +220,8 @@ int main(int argc, char **argv)
 	struct rpc_server *server;
 	char bound[256];
 	if (rpc_server_start(&server, listen_url, &podemu__coordinator__descriptor,
-	                     coordinator_handlers, &co, 8, bound, &st) != ST_OK) {
+	                     coordinator_handlers, &co, 8, token, bound, &st) != ST_OK) {
+
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 1;
 	}

@@ -95,6 +95,7 @@ int registry_register(struct registry *r, int requested, const char *control_url
 	rv = rpc_client_open(&client, control_url, true, st);
 	if (rv != ST_OK)
 		goto out;
+	rpc_client_set_token(client, r->token);
 	if (h->registered)
 		log_info("host %d re-registered (was %s, now %s)", index, h->control_url,
 		         control_url);

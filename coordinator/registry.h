@@ -43,6 +43,7 @@ struct registry {
 	uint64_t next_handle;
 	uint64_t next_incarnation;
 	int heartbeat_timeout_ms;
+	char token[65]; /* presented to agents */
 	/* Clients of replaced agents; a call may still be using one, so they close at the end. */
 	struct rpc_client **retired;
 	int num_retired;

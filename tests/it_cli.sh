@@ -42,6 +42,13 @@ for c in d["cores"]:
     assert 4 * G <= used <= 4 * G * 1.01, ("used", c)
 print("v3-8 seed: peak %.3f GiB, in use %.3f GiB per core" % (peak / G, used / G))
 PY
+# Without the pod's token, or with a wrong one, nothing is answered; an agent cannot join.
+if PODEMU_TOKEN=wrong pe status >"$state/denied.txt" 2>&1; then fail "status without the token"; fi
+grep -q UNAUTHENTICATED "$state/denied.txt" || fail "status was not refused as UNAUTHENTICATED"
+if PODEMU_TOKEN= "$bin/podemu-agent" --coordinator "$(cat "$state/coordinator.url")" \
+	>"$state/intruder.log" 2>&1; then :; fi
+grep -q "registration refused: UNAUTHENTICATED" "$state/intruder.log" ||
+	fail "an agent without the token was not refused"
 # A second pod in the same state directory is refused.
 if pe up --topology v3-8 --port 0 >/dev/null 2>&1; then fail "second podemu up succeeded"; fi
 pids=$(cat "$state"/*.pid)

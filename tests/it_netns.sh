@@ -45,16 +45,27 @@ for h in "${hosts[@]}"; do
 done
 log=$(mktemp -d /tmp/podemu-netns-XXXXXX)
 coord="tcp://$net.1:7460"
+# Off loopback the daemons insist on the pod's secret.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$log/token"
+if ip netns exec "$tag-c" "$bin/podemu-coordinator" --listen "$coord" --hosts 2 \
+	--cores-per-host 2 --hbm 256M >"$log/refused.log" 2>&1; then
+	echo "FAIL: the coordinator listened on $coord without a token"
+	exit 1
+fi
+grep -q "without a pod token" "$log/refused.log"
 ip netns exec "$tag-c" "$bin/podemu-coordinator" --listen "$coord" --hosts 2 \
-	--cores-per-host 2 --hbm 256M >"$log/coordinator.log" 2>&1 &
+	--cores-per-host 2 --hbm 256M --token-file "$log/token" >"$log/coordinator.log" 2>&1 &
 pids+=($!)
 for a in 0 1; do
 	ip="$net.$((a + 2))"
 	ip netns exec "$tag-a$a" "$bin/podemu-agent" --coordinator "$coord" --backing host \
-		--listen "tcp://$ip:0" --control-listen "tcp://$ip:0" >"$log/agent-$a.log" 2>&1 &
+		--listen "tcp://$ip:0" --control-listen "tcp://$ip:0" --token-file "$log/token" \
+		>"$log/agent-$a.log" 2>&1 &
 	pids+=($!)
 done
 export PODEMU_COORDINATOR="$coord"
+PODEMU_TOKEN=$(cat "$log/token")
+export PODEMU_TOKEN
 ready=0
 for _ in $(seq 100); do
 	if ip netns exec "$tag-c" "$bin/podemu" status >/dev/null 2>&1; then ready=1; break; fi

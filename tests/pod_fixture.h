@@ -59,6 +59,7 @@ static pe_client *pod_start(const char *args)
 		url[0] = '\0';
 	fclose(f);
 	url[strcspn(url, "\n")] = '\0';
+	setenv("PODEMU_STATE_DIR", pod_state_dir, 1); /* where the pod token is */
 	pe_client *c;
 	if (pe_connect(&c, url) != PE_OK) {
 		fprintf(stderr, "pe_connect: %s\n", pe_connect_error());

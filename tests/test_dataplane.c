@@ -168,6 +168,24 @@ static void test_receiver_errors_reach_the_sender(void **state)
 	assert_non_null(strstr(st.message, "refused chunk at "));
 }
 
+static void test_chunks_need_the_pod_token(void **state)
+{
+	reset_sink(1);
+	dp_set_token(rx, "secret");
+	unsigned char data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	const char *peers[] = {rx_url};
+	struct dp_header h = {.step_id = 5};
+	struct status st;
+	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 64, 2, 5000, &st),
+	                 ST_UNAUTHENTICATED);
+	assert_int_equal(sink.chunks, 0);
+	dp_set_token(tx, "secret");
+	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 64, 2, 5000, &st), ST_OK);
+	assert_int_equal(sink.chunks, 1);
+	dp_set_token(rx, NULL);
+	dp_set_token(tx, NULL);
+}
+
 static void test_malformed_frames_are_answered(void **state)
 {
 	reset_sink(1);
@@ -211,7 +229,9 @@ int main(void)
 	    cmocka_unit_test(test_chunks_arrive_whole),
 	    cmocka_unit_test(test_parked_chunks_wait_for_the_receiver),
 	    cmocka_unit_test(test_receiver_errors_reach_the_sender),
+	    cmocka_unit_test(test_chunks_need_the_pod_token),
 	    cmocka_unit_test(test_malformed_frames_are_answered),
+
 	    cmocka_unit_test(test_unreachable_peer_fails_within_the_deadline),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

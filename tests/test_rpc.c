@@ -42,10 +42,11 @@ static int setup(void **state)
 	static struct fixture f;
 	struct status st;
 	if (rpc_server_start(&f.server, "tcp://127.0.0.1:0", &podemu__coordinator__descriptor,
-	                     handlers, NULL, 4, f.url, &st) != ST_OK)
+	                     handlers, NULL, 4, "pod-secret", f.url, &st) != ST_OK)
 		return -1;
 	if (rpc_client_open(&f.client, f.url, false, &st) != ST_OK)
 		return -1;
+	rpc_client_set_token(f.client, "pod-secret");
 	*state = &f;
 	return 0;
 }
@@ -134,6 +135,8 @@ static void test_malformed_frames_get_errors_and_server_keeps_serving(void **sta
 	Podemu__RpcRequest env = PODEMU__RPC_REQUEST__INIT;
 	uint8_t payload[] = {0x08}; /* field 1 varint, value missing */
 	env.method = CM_HEARTBEAT;
+	env.token.data = (uint8_t *)"pod-secret";
+	env.token.len = 10;
 	env.payload.data = payload;
 	env.payload.len = sizeof(payload);
 	uint8_t frame[64];
@@ -163,8 +166,8 @@ static void test_deadline_and_unreachable(void **state)
 	struct rpc_server *tmp;
 	char url[256];
 	assert_int_equal(rpc_server_start(&tmp, "tcp://127.0.0.1:0",
-	                                  &podemu__coordinator__descriptor, handlers, NULL, 1, url,
-	                                  &st),
+	                                  &podemu__coordinator__descriptor, handlers, NULL, 1, NULL,
+	                                  url, &st),
 	                 ST_OK);
 	rpc_server_stop(tmp);
 	struct rpc_client *c;

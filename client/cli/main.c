@@ -247,6 +247,9 @@ static int cmd_status(const struct cli *o)
 	void *reply = NULL;
 	int rv = rpc_client_open(&c, url, false, &st);
 	if (rv == ST_OK) {
+		char token[128];
+		state_token(token, sizeof(token), o->state_dir);
+		rpc_client_set_token(c, token);
 		Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
 		req.memory = 1;
 		rv = rpc_call(c, &podemu__coordinator__descriptor, CM_GET_STATUS, &req, a, &reply,
@@ -261,7 +264,8 @@ static int cmd_status(const struct cli *o)
 			json_string(msg);
 			printf("}\n");
 		} else {
-			fprintf(stderr, "podemu status: no pod at %s: %s\n", url, st.message);
+			fprintf(stderr, "podemu status: no pod at %s: %s: %s\n", url,
+			        status_code_name(rv), st.message);
 		}
 		arena_free(a);
 		return 1;
@@ -461,6 +465,8 @@ int main(int argc, char **argv)
 	                                 .warmup = 1};
 	if (parse(&o, argc - 1, argv + 1) != 0)
 		return 2;
+	/* The library finds the coordinator's address and the pod token through it. */
+	setenv("PODEMU_STATE_DIR", o.state_dir, 1);
 	if (strcmp(cmd, "up") == 0)
 		return pod_up(&o.up);
 	if (strcmp(cmd, "down") == 0)

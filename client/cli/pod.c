@@ -19,6 +19,7 @@
 #include "services.h"
 #include "statedir.h"
 #include "status.h"
+#include "token.h"
 #include "topology.h"
 
 static void sleep_ms(int ms)
@@ -130,7 +131,8 @@ static void print_log_tail(const char *log)
 }
 
 /* Polls the coordinator until the pod is ready or the deadline passes. */
-static int wait_ready(const char *url, int64_t deadline, char *why, size_t why_len)
+static int wait_ready(const char *url, const char *token, int64_t deadline, char *why,
+                      size_t why_len)
 {
 	struct rpc_client *c = NULL;
 	struct status st;
@@ -138,6 +140,8 @@ static int wait_ready(const char *url, int64_t deadline, char *why, size_t why_l
 	while (now_ms() < deadline) {
 		if (c == NULL && rpc_client_open(&c, url, false, &st) != ST_OK)
 			c = NULL;
+		if (c != NULL)
+			rpc_client_set_token(c, token);
 		if (c != NULL) {
 			struct arena *a = arena_new();
 			Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
@@ -205,6 +209,19 @@ int pod_up(const struct up_options *o)
 	}
 	snprintf(url_file, sizeof(url_file), "%s/%s", o->state_dir, STATE_COORDINATOR_FILE);
 	unlink(url_file);
+	/* A fresh secret for this pod, readable by its owner only. */
+	char token[TOKEN_MAX + 1], token_file[PATH_MAX];
+	snprintf(token_file, sizeof(token_file), "%s/%s", o->state_dir, STATE_TOKEN_FILE);
+	int tfd = -1;
+	if (token_generate(token, &st) != ST_OK ||
+	    (tfd = open(token_file, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0 ||
+	    write(tfd, token, strlen(token)) != (ssize_t)strlen(token)) {
+		fprintf(stderr, "podemu up: cannot write the pod token to %s\n", token_file);
+		if (tfd >= 0)
+			close(tfd);
+		return 1;
+	}
+	close(tfd);
 
 	char dir[PATH_MAX], exe[PATH_MAX + 32];
 	bin_dir(dir, sizeof(dir));
@@ -218,6 +235,8 @@ int pod_up(const struct up_options *o)
 	argv[argc++] = listen;
 	argv[argc++] = "--address-file";
 	argv[argc++] = url_file;
+	argv[argc++] = "--token-file";
+	argv[argc++] = token_file;
 	if (o->topology != NULL) {
 		argv[argc++] = "--topology";
 		argv[argc++] = (char *)o->topology;
@@ -280,8 +299,17 @@ int pod_up(const struct up_options *o)
 	for (int h = 0; h < topo.num_hosts; h++) {
 		char index[16];
 		snprintf(index, sizeof(index), "%d", h);
-		char *aargv[] = {exe,         "--coordinator",    url, "--host-index", index,
-		                 "--backing", (char *)o->backing, NULL};
+		char *aargv[] = {exe,
+		                 "--coordinator",
+		                 url,
+		                 "--host-index",
+		                 index,
+		                 "--backing",
+		                 (char *)o->backing,
+		                 "--token-file",
+		                 token_file,
+		                 NULL};
+
 		snprintf(log, sizeof(log), "%s/agent-%d.log", o->state_dir, h);
 		snprintf(path, sizeof(path), "%s/agent-%d.pid", o->state_dir, h);
 		pid_t pid = spawn(aargv, log);
@@ -292,7 +320,7 @@ int pod_up(const struct up_options *o)
 		}
 	}
 	char why[512] = "no answer";
-	if (wait_ready(url, deadline, why, sizeof(why)) != 0) {
+	if (wait_ready(url, token, deadline, why, sizeof(why)) != 0) {
 		fprintf(stderr, "podemu up: the pod did not become ready within %d ms (%s)\n",
 		        o->timeout_ms, why);
 		snprintf(log, sizeof(log), "%s/coordinator.log", o->state_dir);

@@ -1,0 +1,32 @@
+/*
+ * The pod's shared secret: every RPC and every data-plane chunk carries it, and daemons refuse
+ * what does not. Comparison takes the same time whatever the input.
+ */
+#ifndef PODEMU_TOKEN_H
+#define PODEMU_TOKEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "status.h"
+
+#define TOKEN_MAX 64 /* bytes of a token; a generated one is 64 hex digits */
+#define STATE_TOKEN_FILE "token"
+
+/*
+ * Loads the token from file (its first line) or, when file is NULL, from $PODEMU_TOKEN; an
+ * empty result means no token. INVALID_ARGUMENT for an unreadable file or a token longer than
+ * TOKEN_MAX.
+ */
+int token_load(char out[TOKEN_MAX + 1], const char *file, struct status *st);
+
+/* A fresh random token (64 hex digits) from the system's random source. */
+int token_generate(char out[TOKEN_MAX + 1], struct status *st);
+
+/* Constant-time comparison of a presented token (len bytes) with the expected one. */
+bool token_matches(const char *expected, const void *presented, size_t len);
+
+/* True for addresses only this machine can reach (loopback, ipc://, inproc://). */
+bool url_is_local(const char *url);
+
+#endif
