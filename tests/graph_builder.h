@@ -24,7 +24,8 @@ static inline void gb_init(struct gb *b)
 static inline int64_t *gb_ints(struct gb *b, const int64_t *v, size_t n)
 {
 	int64_t *p = arena_calloc(b->a, n + 1, sizeof(int64_t));
-	memcpy(p, v, n * sizeof(int64_t));
+	if (n > 0)
+		memcpy(p, v, n * sizeof(int64_t));
 	return p;
 }
 
