@@ -4,7 +4,7 @@
  * acknowledgement, so a sender has at most `window` chunks in flight per peer and a receiver
  * never buffers more than what its peers have in flight.
  *
- * A receiver that is not yet at the collective a chunk belongs to parks the request and answers
+ * A receiver whose core has not consumed a chunk yet parks the request and answers
  * it once it gets there (the sender just waits), so chunks need no extra copy on arrival.
  */
 #ifndef PODEMU_DATAPLANE_H

@@ -1,6 +1,7 @@
 /*
  * Steps on one host: prepare (validate a compiled program, allocate every core's outputs and
- * temporaries), run (every core thread walks the program; collectives meet at slots), finish
+ * temporaries), run (every core thread walks the program; collectives follow their schedules in
+ * collectives.c), finish
  * (free temporaries, publish outputs, release what the client dropped).
  */
 #include <errno.h>
