@@ -37,13 +37,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		goto out;
 	/* Both services: the same frame may reach a coordinator or an agent. */
 	const ProtobufCServiceDescriptor *svcs[] = {&podemu__coordinator__descriptor,
-						    &podemu__agent__descriptor};
+	                                            &podemu__agent__descriptor};
 	for (int k = 0; k < 2; k++) {
 		if (env->method >= svcs[k]->n_methods)
 			continue;
 		const ProtobufCMessageDescriptor *in = svcs[k]->methods[env->method].input;
 		ProtobufCMessage *msg =
-			protobuf_c_message_unpack(in, alloc, env->payload.len, env->payload.data);
+		    protobuf_c_message_unpack(in, alloc, env->payload.len, env->payload.data);
 		if (msg == NULL)
 			continue;
 		struct status st;
