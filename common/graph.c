@@ -537,15 +537,17 @@ int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, st
 		    op != OP_CONVERT && (declared->dtype != 0 || declared->tuple)) {
 			struct shape d;
 			char sa[128], sb[128];
-			if (shape_from_proto(&d, declared, st) != ST_OK ||
-			    !shape_equal(&d, &shapes[i]))
-				return status_set(
-				    st, ST_INVALID_ARGUMENT,
-				    "%s (node %zu): declared shape %s does not match "
-				    "the inferred shape %s",
-				    g->nodes[i]->opcode, i,
-				    declared->tuple ? "(tuple)" : shape_format(sa, sizeof(sa), &d),
-				    shape_format(sb, sizeof(sb), &shapes[i]));
+			int rv2 = shape_from_proto(&d, declared, st);
+			if (rv2 != ST_OK)
+				return status_set(st, rv2, "%s (node %zu): declared shape: %s",
+				                  g->nodes[i]->opcode, i, st->message);
+			if (!shape_equal(&d, &shapes[i]))
+				return status_set(st, ST_INVALID_ARGUMENT,
+				                  "%s (node %zu): declared shape %s does not match "
+				                  "the inferred shape %s",
+				                  g->nodes[i]->opcode, i,
+				                  shape_format(sa, sizeof(sa), &d),
+				                  shape_format(sb, sizeof(sb), &shapes[i]));
 		}
 	}
 	for (size_t k = 0; k < g->n_outputs; k++) {

@@ -178,6 +178,15 @@ static void test_bad_graphs(void **state)
 	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
 	arena_free(b.a);
 
+	/* A declared shape that is itself invalid is reported as such (found by fuzz_rpc). */
+	gb_init(&b);
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1);
+	gb_node(&b, "add", 0, 0, -1)->shape = gb_shape(&b, 99, d, 1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(
+	    strstr(st.message, "add (node 1): declared shape: invalid element type 99"));
+	arena_free(b.a);
+
 	gb_init(&b);
 	gb_node(&b, "parameter", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1);
 	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
