@@ -258,18 +258,12 @@ int main(int argc, char **argv)
 
 	struct status st;
 	char token[TOKEN_MAX + 1];
-	if (token_load(token, token_file, &st) != ST_OK) {
+	const char *listens[] = {data_listen, control_listen};
+	if (token_for_daemon(token, token_file, insecure, listens, 2, &st) != ST_OK) {
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 2;
 	}
-	if (token[0] == '\0' && !insecure &&
-	    (!url_is_local(data_listen) || !url_is_local(control_listen))) {
-		fprintf(stderr,
-		        "podemu-agent: refusing to listen on %s / %s without a pod token: give "
-		        "--token-file (or PODEMU_TOKEN), or --insecure\n",
-		        data_listen, control_listen);
-		return 2;
-	}
+
 	char bound[256];
 	struct dataplane *dp;
 	if (dp_start(&dp, data_listen, bound, agent_deliver, &m.agent, &st) != ST_OK) {

@@ -70,3 +70,18 @@ bool url_is_local(const char *url)
 	return strncmp(host, "127.", 4) == 0 || strncmp(host, "localhost:", 10) == 0 ||
 	       strncmp(host, "[::1]:", 6) == 0;
 }
+
+int token_for_daemon(char out[TOKEN_MAX + 1], const char *file, bool insecure,
+                     const char *const *listen_urls, int n, struct status *st)
+{
+	int rv = token_load(out, file, st);
+	if (rv != ST_OK || out[0] != '\0' || insecure)
+		return rv;
+	for (int i = 0; i < n; i++)
+		if (!url_is_local(listen_urls[i]))
+			return status_set(st, ST_FAILED_PRECONDITION,
+			                  "refusing to listen on %s without a pod token: give "
+			                  "--token-file (or PODEMU_TOKEN), or --insecure",
+			                  listen_urls[i]);
+	return ST_OK;
+}

@@ -29,4 +29,11 @@ bool token_matches(const char *expected, const void *presented, size_t len);
 /* True for addresses only this machine can reach (loopback, ipc://, inproc://). */
 bool url_is_local(const char *url);
 
+/*
+ * A daemon's token: loaded as token_load does, then required when any of the n listen URLs
+ * is reachable from other machines, unless insecure. FAILED_PRECONDITION says what to give.
+ */
+int token_for_daemon(char out[TOKEN_MAX + 1], const char *file, bool insecure,
+                     const char *const *listen_urls, int n, struct status *st);
+
 #endif

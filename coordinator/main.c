@@ -191,15 +191,8 @@ int main(int argc, char **argv)
 	}
 
 	char token[TOKEN_MAX + 1];
-	if (token_load(token, token_file, &st) != ST_OK) {
+	if (token_for_daemon(token, token_file, insecure, &listen_url, 1, &st) != ST_OK) {
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
-		return 2;
-	}
-	if (token[0] == '\0' && !url_is_local(listen_url) && !insecure) {
-		fprintf(stderr,
-		        "podemu-coordinator: refusing to listen on %s without a pod token: "
-		        "give --token-file (or PODEMU_TOKEN), or --insecure\n",
-		        listen_url);
 		return 2;
 	}
 
