@@ -258,10 +258,12 @@ static int check_fits(struct coordinator *co, const struct plan *p, struct statu
 	return status_set(
 	    st, ST_RESOURCE_EXHAUSTED,
 	    "Ran out of memory in memory space hbm. Used %s of %s hbm. Exceeded hbm "
-	    "capacity by %s. (arguments %s, outputs %s, temporaries %s per core)",
+	    "capacity by %s. (on each of cores 0..%d, the same plan: arguments %s, outputs %s, "
+	    "temporaries %s)",
 	    status_human_bytes(u, used), status_human_bytes(l, limit),
-	    status_human_bytes(over, used - limit), status_human_bytes(args, p->argument_bytes),
-	    status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes));
+	    status_human_bytes(over, used - limit), topology_world_size(&co->reg.topo) - 1,
+	    status_human_bytes(args, p->argument_bytes), status_human_bytes(outs, p->output_bytes),
+	    status_human_bytes(temps, p->temp_bytes));
 }
 
 /* Watches the hosts of a running step; a lost one makes the step fail everywhere at once. */

@@ -181,7 +181,8 @@ static void test_output_that_does_not_fit_is_refused_and_pod_keeps_working(void 
 	assert_int_equal(pe_mark_step(c), PE_RESOURCE_EXHAUSTED);
 	assert_non_null(strstr(pe_last_error(c),
 	                       "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used "
-	                       "80.00M of 64.00M hbm. Exceeded hbm capacity by 16.00M."));
+	                       "80.00M of 64.00M hbm. Exceeded hbm capacity by 16.00M. (on each of "
+	                       "cores 0..3"));
 	float v;
 	assert_int_equal(pe_fetch(huge, 0, &v, sizeof(v)) != PE_OK, 1);
 	pe_release(huge);
