@@ -20,7 +20,6 @@ struct run {
 	struct device *dev;
 	struct step *s;
 	struct core *c;
-	int node;
 	uint32_t coll;
 	unsigned char *in;
 	unsigned char *out;
@@ -37,11 +36,6 @@ struct run {
 	int num_posts;
 	int cap_posts;
 };
-
-static int64_t layout_len(const Podemu__BlockLayout *l)
-{
-	return l == NULL ? 0 : l->row_bytes * l->rows;
-}
 
 /* Bytes of a contiguous piece of layout l starting at sequence position pos. */
 static unsigned char *piece(unsigned char *base, const Podemu__BlockLayout *l, int64_t pos,
@@ -473,7 +467,6 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	struct run r = {.dev = dev,
 	                .s = s,
 	                .c = c,
-	                .node = node,
 	                .coll = (uint32_t)s->coll_of_node[node],
 	                .in = core_ptr(c, s, n->operands[0]),
 	                .out = core_ptr(c, s, node),

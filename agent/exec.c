@@ -4,11 +4,9 @@
  * collectives.c), finish
  * (free temporaries, publish outputs, release what the client dropped).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "step.h"
 #include "graph.h"
@@ -109,11 +107,6 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 	}
 	return status_set(st, ST_INVALID_ARGUMENT, "node %zu (%s): invalid buffer assignment", i,
 	                  opcode_name(op));
-}
-
-static int64_t layout_len(const Podemu__BlockLayout *l)
-{
-	return l == NULL ? 0 : l->row_bytes * l->rows;
 }
 
 /* Checks that a layout stays inside a buffer of `bytes` bytes. */

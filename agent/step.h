@@ -38,6 +38,12 @@ struct step {
 	int64_t *micros;            /* [core * num_colls] */
 };
 
+/* Bytes in a block's sequence (0 for none). */
+static inline int64_t layout_len(const Podemu__BlockLayout *l)
+{
+	return l == NULL ? 0 : l->row_bytes * l->rows;
+}
+
 static inline void *core_ptr(struct core *c, struct step *s, int node)
 {
 	int64_t off = s->offsets[c->local][node];
