@@ -1,7 +1,10 @@
 #include "device.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "clock.h"
 
 int device_init(struct device *dev, int host_index, int num_hosts, int cores_per_host,
                 int64_t bytes_limit, bool backed, struct status *st)
@@ -214,6 +217,31 @@ int device_release(struct device *dev, const uint64_t *handles, size_t n, struct
 	}
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
+}
+
+int device_forget_all(struct device *dev, const char *reason, int wait_ms)
+{
+	if (dev->cores == NULL)
+		return 0;
+	device_abort(dev, 0, ST_ABORTED, reason, NULL);
+	struct timespec deadline = clock_deadline_ms(wait_ms);
+	pthread_mutex_lock(&dev->lock);
+	while (dev->step != NULL &&
+	       pthread_cond_timedwait(&dev->cv, &dev->lock, &deadline) != ETIMEDOUT)
+		;
+	int freed = 0;
+	for (int i = dev->num_buffers - 1; i >= 0; i--) {
+		struct device_buffer *b = &dev->buffers[i];
+		if (device_step_uses(dev, b->handle))
+			continue;
+		for (int c = 0; c < dev->cores_per_host; c++)
+			hbm_free(&dev->cores[c].heap, b->offsets[c]);
+		free(b->offsets);
+		*b = dev->buffers[--dev->num_buffers];
+		freed++;
+	}
+	pthread_mutex_unlock(&dev->lock);
+	return freed;
 }
 
 int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu__CoreMemory ***out,

@@ -77,6 +77,11 @@ int device_read(struct device *dev, struct arena *a, uint64_t handle, int ordina
                 int64_t len, void **data, int64_t *got, int64_t *total, bool *backed,
                 struct status *st);
 int device_release(struct device *dev, const uint64_t *handles, size_t n, struct status *st);
+/*
+ * Aborts the step in flight (waiting up to wait_ms for it to end) and frees every device buffer:
+ * for a coordinator that does not know them. Returns how many buffers were freed.
+ */
+int device_forget_all(struct device *dev, const char *reason, int wait_ms);
 
 /* Statistics of one core (ordinal) or every core (-1), allocated from a. */
 int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu__CoreMemory ***out,

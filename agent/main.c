@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dataplane.h"
@@ -30,6 +31,8 @@ struct agent_main {
 	char data_url[256];
 	int host_index;
 	uint64_t incarnation;
+	uint64_t agent_epoch;       /* this process */
+	uint64_t coordinator_epoch; /* the coordinator process that knows our buffers */
 	bool registered;
 	bool device_up;
 	int cores_per_host;
@@ -91,6 +94,7 @@ static void try_register(struct agent_main *m)
 	req.data_url = m->data_url;
 	req.pid = (int)getpid();
 	req.backing = (char *)m->backing;
+	req.agent_epoch = m->agent_epoch;
 	void *reply;
 	struct status st;
 	int rv = rpc_call(m->coordinator, &podemu__coordinator__descriptor, CM_REGISTER, &req, a,
@@ -111,6 +115,12 @@ static void try_register(struct agent_main *m)
 		arena_free(a);
 		return;
 	}
+	if (m->device_up && r->coordinator_epoch != m->coordinator_epoch) {
+		int freed = device_forget_all(&m->agent.dev, "the coordinator restarted", 10000);
+		log_warn("a new coordinator process: freed the %d device buffers the old one made",
+		         freed);
+	}
+	m->coordinator_epoch = r->coordinator_epoch;
 	m->host_index = r->host_index;
 	m->incarnation = r->incarnation;
 	m->registered = true;
@@ -198,6 +208,9 @@ int main(int argc, char **argv)
 	enum log_level level = LOG_INFO;
 	m.backing = "host";
 	m.requested_index = -1;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	m.agent_epoch = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid();
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {

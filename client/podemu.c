@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "arena.h"
 #include "collective.h"
@@ -129,6 +130,37 @@ static int call(pe_client *c, unsigned method, const void *req, struct arena **a
 	if (rv != ST_OK)
 		fail_status(c, &st);
 	return rv;
+}
+
+int pe_wait_ready(pe_client *c, int timeout_ms)
+{
+	struct timespec t0, now;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	char why[STATUS_MESSAGE_MAX] = "no answer from the coordinator";
+	for (;;) {
+		Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
+		struct arena *a;
+		void *reply;
+		int rv = call(c, CM_GET_STATUS, &req, &a, &reply, CALL_TIMEOUT_MS);
+		bool ready = rv == ST_OK && ((Podemu__PodStatus *)reply)->ready;
+		if (rv == ST_OK && !ready)
+			snprintf(why, sizeof(why), "%s", ((Podemu__PodStatus *)reply)->reason);
+		else if (rv != ST_OK)
+			snprintf(why, sizeof(why), "%s", c->error);
+		arena_free(a);
+		if (ready) {
+			c->code = PE_OK;
+			c->error[0] = '\0';
+			return PE_OK;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+		    timeout_ms)
+			return fail(c, ST_DEADLINE_EXCEEDED,
+			            "the pod was not ready within %d ms: %s", timeout_ms, why);
+		struct timespec pause = {0, 50 * 1000000};
+		nanosleep(&pause, NULL);
+	}
 }
 
 static int graph_reset(pe_client *c)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -22,7 +23,14 @@ int registry_init(struct registry *r, const struct topology *topo, int heartbeat
 	r->hosts = calloc((size_t)topo->num_hosts, sizeof(*r->hosts));
 	if (r->hosts == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	r->next_handle = 1;
+	/* Handles of an earlier coordinator process are told apart from this one's. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	r->epoch = ((uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid()) &
+	           ((1u << 20) - 1);
+	if (r->epoch == 0)
+		r->epoch = 1;
+	r->next_handle = (r->epoch << HANDLE_EPOCH_SHIFT) | 1;
 	r->next_incarnation = (uint64_t)time(NULL) << 20;
 	r->heartbeat_timeout_ms = heartbeat_timeout_ms;
 	pthread_mutex_init(&r->lock, NULL);
@@ -48,8 +56,8 @@ static bool url_ok(const char *url)
 }
 
 int registry_register(struct registry *r, int requested, const char *control_url,
-                      const char *data_url, const char *backing, int pid, int *host_index,
-                      uint64_t *incarnation, struct status *st)
+                      const char *data_url, const char *backing, int pid, uint64_t agent_epoch,
+                      int *host_index, uint64_t *incarnation, struct status *st)
 {
 	if (!url_ok(control_url) || !url_ok(data_url))
 		return status_set(st, ST_INVALID_ARGUMENT,
@@ -111,6 +119,14 @@ int registry_register(struct registry *r, int requested, const char *control_url
 		r->retired[r->num_retired++] = h->client;
 	}
 	h->client = client;
+	if (h->agent_epoch != agent_epoch) {
+		/* A new agent process: whatever the old one held of existing buffers is gone. */
+		if (h->registered)
+			log_warn("host %d restarted: its shards of the %d live buffers are lost",
+			         index, r->num_handles);
+		h->data_floor = r->next_handle;
+		h->agent_epoch = agent_epoch;
+	}
 	h->registered = true;
 	h->alive = true;
 	h->pid = pid;
@@ -207,4 +223,37 @@ void registry_remove_handle(struct registry *r, uint64_t handle)
 	struct handle_entry *e = registry_find_handle(r, handle);
 	if (e != NULL)
 		*e = r->handles[--r->num_handles];
+}
+
+int registry_unknown_handle(const struct registry *r, uint64_t handle, struct status *st)
+{
+	if (handle >> HANDLE_EPOCH_SHIFT != r->epoch)
+		return status_set(
+		    st, ST_NOT_FOUND,
+		    "device buffer %llu was made by an earlier coordinator process (the "
+		    "coordinator restarted); its data is gone",
+		    (unsigned long long)handle);
+	return status_set(st, ST_NOT_FOUND,
+	                  "unknown device buffer %llu (never created, or released)",
+	                  (unsigned long long)handle);
+}
+
+struct handle_entry *registry_use_handle(struct registry *r, uint64_t handle, struct status *st)
+{
+	struct handle_entry *e = registry_find_handle(r, handle);
+	if (e == NULL) {
+		registry_unknown_handle(r, handle, st);
+		return NULL;
+	}
+	int cph = r->topo.cores_per_host;
+	for (int h = 0; h < r->topo.num_hosts; h++)
+		if (handle < r->hosts[h].data_floor) {
+			status_set(
+			    st, ST_DATA_LOSS,
+			    "device buffer %llu lost its shards on host %d (cores %d..%d) when "
+			    "that host's agent restarted; release it and compute it again",
+			    (unsigned long long)handle, h, h * cph, (h + 1) * cph - 1);
+			return NULL;
+		}
+	return e;
 }

@@ -15,6 +15,7 @@
 #include "topology.h"
 
 #define URL_MAX 256
+#define HANDLE_EPOCH_SHIFT 40
 
 struct host {
 	bool registered;
@@ -23,6 +24,8 @@ struct host {
 	char backing[8];
 	int pid;
 	uint64_t incarnation;
+	uint64_t agent_epoch;
+	uint64_t data_floor; /* handles below this were created before the agent (re)started */
 	int64_t last_heartbeat_ms;
 	bool alive;
 	struct rpc_client *client;
@@ -40,7 +43,8 @@ struct registry {
 	struct handle_entry *handles;
 	int num_handles;
 	int cap_handles;
-	uint64_t next_handle;
+	uint64_t epoch;       /* this coordinator process; also the top bits of its handles */
+	uint64_t next_handle; /* epoch << HANDLE_EPOCH_SHIFT | counter */
 	uint64_t next_incarnation;
 	int heartbeat_timeout_ms;
 	char token[65]; /* presented to agents */
@@ -60,8 +64,8 @@ void registry_destroy(struct registry *r);
  * set.
  */
 int registry_register(struct registry *r, int requested, const char *control_url,
-                      const char *data_url, const char *backing, int pid, int *host_index,
-                      uint64_t *incarnation, struct status *st);
+                      const char *data_url, const char *backing, int pid, uint64_t agent_epoch,
+                      int *host_index, uint64_t *incarnation, struct status *st);
 
 /* Records a heartbeat; returns false when the host or incarnation is unknown. */
 bool registry_heartbeat(struct registry *r, int host_index, uint64_t incarnation);
@@ -77,6 +81,16 @@ struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle);
 int registry_add_handle(struct registry *r, uint64_t handle, const struct shape *shape,
                         struct status *st);
 void registry_remove_handle(struct registry *r, uint64_t handle);
+
+/*
+ * The entry for a handle a request uses (lock held), or NULL with st set: NOT_FOUND for a handle
+ * this coordinator never made (another coordinator process made it, or it was released), and
+ * DATA_LOSS when a host that held a shard of it restarted since.
+ */
+struct handle_entry *registry_use_handle(struct registry *r, uint64_t handle, struct status *st);
+
+/* NOT_FOUND for a handle the table does not have, saying why as well as it can. */
+int registry_unknown_handle(const struct registry *r, uint64_t handle, struct status *st);
 
 int64_t registry_now_ms(void);
 

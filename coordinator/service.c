@@ -101,8 +101,9 @@ static int h_register(void *state, struct arena *a, const void *request, void *r
 	Podemu__RegisterReply *rep = reply;
 	int index;
 	uint64_t incarnation;
-	int rv = registry_register(&co->reg, req->requested_host_index, req->control_url,
-	                           req->data_url, req->backing, req->pid, &index, &incarnation, st);
+	int rv =
+	    registry_register(&co->reg, req->requested_host_index, req->control_url, req->data_url,
+	                      req->backing, req->pid, req->agent_epoch, &index, &incarnation, st);
 	if (rv != ST_OK)
 		return rv;
 	rep->host_index = index;
@@ -112,6 +113,7 @@ static int h_register(void *state, struct arena *a, const void *request, void *r
 	rep->hbm_bytes = co->reg.topo.hbm_bytes;
 	rep->reserved_bytes = co->reg.topo.reserved_bytes;
 	rep->incarnation = incarnation;
+	rep->coordinator_epoch = co->reg.epoch;
 	return ST_OK;
 }
 
@@ -178,6 +180,8 @@ static int h_get_status(void *state, struct arena *a, const void *request, void 
 	struct status ready_st;
 	pthread_mutex_lock(&co->reg.lock);
 	rep->ready = registry_ready_locked(&co->reg, &ready_st);
+	if (!rep->ready)
+		rep->reason = arena_strdup(a, ready_st.message);
 	for (int h = 0; h < t->num_hosts; h++) {
 		const struct host *src = &co->reg.hosts[h];
 		Podemu__HostInfo *hi = arena_alloc(a, sizeof(*hi));
@@ -398,13 +402,11 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	for (size_t i = 0; i < g->n_nodes && rv == ST_OK; i++) {
 		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)
 			continue;
-		struct handle_entry *e = registry_find_handle(&co->reg, g->nodes[i]->handle);
+		struct status hst;
+		struct handle_entry *e = registry_use_handle(&co->reg, g->nodes[i]->handle, &hst);
 		char sa[128], sb[128];
 		if (e == NULL)
-			rv = status_set(st, ST_NOT_FOUND,
-			                "parameter (node %zu): unknown device buffer %llu (never "
-			                "created, or released)",
-			                i, (unsigned long long)g->nodes[i]->handle);
+			rv = status_set(st, hst.code, "parameter (node %zu): %s", i, hst.message);
 		else if (!shape_equal(&e->shape, &shapes[i]))
 			rv = status_set(st, ST_INVALID_ARGUMENT,
 			                "parameter (node %zu): buffer %llu is %s, not %s", i,
@@ -626,11 +628,10 @@ static int route_transfer(struct coordinator *co, uint64_t handle, int ordinal, 
 		                  ordinal, world);
 	pthread_mutex_lock(&co->reg.lock);
 	int rv = ST_OK;
-	struct handle_entry *e = registry_find_handle(&co->reg, handle);
+	struct handle_entry *e = registry_use_handle(&co->reg, handle, st);
 	struct status rst;
 	if (e == NULL) {
-		rv = status_set(st, ST_NOT_FOUND, "unknown device buffer %llu",
-		                (unsigned long long)handle);
+		rv = st->code;
 	} else {
 		int64_t total = shape_bytes(&e->shape);
 		if (offset < 0 || len < 0 || offset > total || len > total - offset)
@@ -701,8 +702,7 @@ static int h_release(void *state, struct arena *a, const void *request, void *re
 	pthread_mutex_lock(&co->reg.lock);
 	for (size_t k = 0; k < req->n_handles; k++) {
 		if (registry_find_handle(&co->reg, req->handles[k]) == NULL) {
-			rv = status_set(st, ST_NOT_FOUND, "unknown device buffer %llu",
-			                (unsigned long long)req->handles[k]);
+			rv = registry_unknown_handle(&co->reg, req->handles[k], st);
 			continue;
 		}
 		registry_remove_handle(&co->reg, req->handles[k]);

@@ -17,16 +17,9 @@
 
 static pid_t agent_pid(int host)
 {
-	char path[512];
-	snprintf(path, sizeof(path), "%s/agent-%d.pid", pod_state_dir, host);
-	FILE *f = fopen(path, "r");
-	int pid = 0;
-	if (f != NULL) {
-		if (fscanf(f, "%d", &pid) != 1)
-			pid = 0;
-		fclose(f);
-	}
-	return (pid_t)pid;
+	char name[32];
+	snprintf(name, sizeof(name), "agent-%d", host);
+	return pod_pid(name);
 }
 
 static double now_s(void)
@@ -111,11 +104,86 @@ static void test_frozen_peer_fails_the_step(void **state)
 	pod_stop();
 }
 
+/*
+ * An agent killed and started again with the same host index re-registers; the pod is ready
+ * again without restarting anything else. Buffers that had a shard on it report DATA_LOSS; the
+ * survivors keep theirs until released.
+ */
+static void test_agent_restart_rejoins(void **state)
+{
+	pe_client *c = pod_start("--hosts 2 --cores-per-host 2 --hbm 256M --backing host");
+	assert_non_null(c);
+	int64_t n = 1024;
+	pe_tensor *x = pe_full(c, PE_F32, &n, 1, 3.0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	pid_t coordinator = pod_pid("coordinator");
+	assert_true(pod_restart("agent-1", SIGKILL, "registered as host") > 0);
+	assert_int_equal(pe_wait_ready(c, 15000), PE_OK);
+	assert_int_equal(pod_pid("coordinator"), coordinator);
+
+	float v[1024];
+	assert_int_equal(pe_fetch(x, 0, v, sizeof(v)), PE_DATA_LOSS);
+	assert_non_null(strstr(pe_last_error(c), "lost its shards on host 1 (cores 2..3)"));
+	pe_tensor *y = pe_all_gather(x, 0);
+	assert_non_null(y);
+	assert_int_equal(pe_mark_step(c), PE_DATA_LOSS);
+	pe_release(y);
+	pe_release(x);
+	pe_memory_info m;
+	assert_int_equal(pe_memory_info_get(c, 0, &m), PE_OK);
+	assert_int_equal(m.bytes_used, 0);
+
+	/* The restarted pod computes as before. */
+	int64_t one = 1;
+	pe_tensor *z = pe_all_gather(pe_reshape(pe_replica_id(c), &one, 1), 0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	int32_t ids[4];
+	assert_int_equal(pe_fetch(z, 3, ids, sizeof(ids)), PE_OK);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(ids[i], i);
+	pe_disconnect(c);
+	pod_stop();
+}
+
+/*
+ * A restarted coordinator: the agents redial and re-register on their own and free the buffers
+ * the old one made; a client that uses one gets NOT_FOUND saying why.
+ */
+static void test_coordinator_restart(void **state)
+{
+	pe_client *c = pod_start("--hosts 2 --cores-per-host 1 --hbm 256M --backing host");
+	assert_non_null(c);
+	int64_t n = 4096;
+	pe_tensor *x = pe_full(c, PE_F32, &n, 1, 1.0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	pid_t agent = agent_pid(0);
+	assert_true(pod_restart("coordinator", SIGKILL, NULL) > 0);
+	assert_int_equal(pe_wait_ready(c, 15000), PE_OK);
+	assert_int_equal(agent_pid(0), agent);
+
+	static float v[4096];
+	assert_int_equal(pe_fetch(x, 0, v, sizeof(v)), PE_NOT_FOUND);
+	assert_non_null(strstr(pe_last_error(c), "earlier coordinator process"));
+	pe_memory_info m[2];
+	assert_int_equal(pe_memory_info_all(c, m, 2), PE_OK);
+	assert_int_equal(m[0].bytes_used, 0);
+	assert_int_equal(m[1].bytes_used, 0);
+
+	pe_tensor *y = pe_all_reduce(pe_full(c, PE_F32, &n, 1, 2.0), PE_REDUCE_SUM, 1.0, NULL);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	assert_int_equal(pe_fetch(y, 1, v, sizeof(v)), PE_OK);
+	assert_true(v[0] == 4.0f);
+	pe_disconnect(c);
+	pod_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_peer_killed_mid_collective),
 	    cmocka_unit_test(test_frozen_peer_fails_the_step),
+	    cmocka_unit_test(test_agent_restart_rejoins),
+	    cmocka_unit_test(test_coordinator_restart),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
