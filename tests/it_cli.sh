@@ -49,8 +49,9 @@ if PODEMU_TOKEN= "$bin/podemu-agent" --coordinator "$(cat "$state/coordinator.ur
 	>"$state/intruder.log" 2>&1; then :; fi
 grep -q "registration refused: UNAUTHENTICATED" "$state/intruder.log" ||
 	fail "an agent without the token was not refused"
-# A second pod in the same state directory is refused.
-if pe up --topology v3-8 --port 0 >/dev/null 2>&1; then fail "second podemu up succeeded"; fi
+# podemu up on a complete running pod starts nothing and keeps it.
+pe up --topology v3-8 --port 0 | grep -q "started the 0 missing processes" ||
+	fail "podemu up on a running pod did not leave it alone"
 pids=$(cat "$state"/*.pid)
 pe down >/dev/null
 for p in $pids; do
@@ -71,6 +72,30 @@ PY
 # The example program checks every core's gathered rows against the host.
 PODEMU_STATE_DIR="$state" "$bin/podemu-example-allgather" 64 300 | tail -n 1 |
 	grep -q "every core matches the host" || fail "example all-gather mismatched"
+pe down >/dev/null
+
+# podemu up on a pod with a missing agent, then with a missing coordinator, starts only that one;
+# the other processes carry on and the pod computes again.
+gone() { for _ in $(seq 500); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.01; done; }
+sums() {
+	pe demo --elements 1024 --json | python3 -c '
+import json, sys
+assert [c["sum"] for c in json.load(sys.stdin)["cores"]] == [4096] * 4' || fail "demo after $1"
+}
+shape=(--hosts 2 --cores-per-host 2 --hbm 1G --backing host --port 0)
+pe up "${shape[@]}" >/dev/null
+coordinator=$(cat "$state/coordinator.pid") agent0=$(cat "$state/agent-0.pid")
+kill -9 "$(cat "$state/agent-1.pid")" && gone "$(cat "$state/agent-1.pid")"
+pe up "${shape[@]}" | grep -q "started the 1 missing processes" || fail "agent not restarted"
+[[ $(cat "$state/coordinator.pid") == "$coordinator" && $(cat "$state/agent-0.pid") == "$agent0" ]] ||
+	fail "podemu up restarted running processes"
+sums "an agent restart"
+agent1=$(cat "$state/agent-1.pid")
+kill -9 "$coordinator" && gone "$coordinator"
+pe up "${shape[@]}" | grep -q "started the 1 missing processes" || fail "coordinator not restarted"
+[[ $(cat "$state/agent-0.pid") == "$agent0" && $(cat "$state/agent-1.pid") == "$agent1" ]] ||
+	fail "podemu up restarted running agents"
+sums "a coordinator restart"
 pe down >/dev/null
 
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.

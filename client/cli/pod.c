@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,187 @@ static int wait_ready(const char *url, const char *token, int64_t deadline, char
 	return -1;
 }
 
+/* Reads the first line of a file into out ("" when missing). */
+static void read_line(const char *path, char *out, size_t len)
+{
+	out[0] = '\0';
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return;
+	if (fgets(out, (int)len, f) == NULL)
+		out[0] = '\0';
+	fclose(f);
+	out[strcspn(out, "\r\n")] = '\0';
+}
+
+/* The parts of a state directory the daemons are started with. */
+struct pod_files {
+	const char *dir;
+	char token_file[PATH_MAX];
+	char url_file[PATH_MAX];
+	char token[TOKEN_MAX + 1];
+	char exe_dir[PATH_MAX];
+};
+
+/* Starts the coordinator listening on listen and waits until it wrote its address to url. */
+static int start_coordinator(const struct up_options *o, const struct topology *topo,
+                             struct pod_files *pf, const char *listen, int64_t deadline, char *url,
+                             size_t url_len)
+{
+	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX];
+	snprintf(exe, sizeof(exe), "%s/podemu-coordinator", pf->exe_dir);
+	char hosts[16], cores[16], hbm[32];
+	char *argv[32];
+	int argc = 0;
+	argv[argc++] = exe;
+	argv[argc++] = "--listen";
+	argv[argc++] = (char *)listen;
+	argv[argc++] = "--address-file";
+	argv[argc++] = pf->url_file;
+	argv[argc++] = "--token-file";
+	argv[argc++] = pf->token_file;
+	if (o->topology != NULL) {
+		argv[argc++] = "--topology";
+		argv[argc++] = (char *)o->topology;
+	} else {
+		snprintf(hosts, sizeof(hosts), "%d", topo->num_hosts);
+		snprintf(cores, sizeof(cores), "%d", topo->cores_per_host);
+		snprintf(hbm, sizeof(hbm), "%lld", (long long)topo->hbm_bytes);
+		argv[argc++] = "--hosts";
+		argv[argc++] = hosts;
+		argv[argc++] = "--cores-per-host";
+		argv[argc++] = cores;
+		argv[argc++] = "--hbm";
+		argv[argc++] = hbm;
+	}
+	if (o->chunk_bytes != NULL) {
+		argv[argc++] = "--chunk-bytes";
+		argv[argc++] = (char *)o->chunk_bytes;
+	}
+	if (o->collective_timeout_ms != NULL) {
+		argv[argc++] = "--collective-timeout-ms";
+		argv[argc++] = (char *)o->collective_timeout_ms;
+	}
+	argv[argc] = NULL;
+	unlink(pf->url_file);
+	snprintf(log, sizeof(log), "%s/coordinator.log", pf->dir);
+	snprintf(path, sizeof(path), "%s/coordinator.pid", pf->dir);
+	pid_t coordinator = spawn(argv, log);
+	if (coordinator < 0 || write_pid(path, coordinator) != 0) {
+		fprintf(stderr, "podemu up: cannot start %s\n", exe);
+		return -1;
+	}
+	url[0] = '\0';
+	while (now_ms() < deadline) {
+		read_line(pf->url_file, url, url_len);
+		if (url[0] != '\0')
+			return 0;
+		int status;
+		if (waitpid(coordinator, &status, WNOHANG) == coordinator) {
+			fprintf(stderr, "podemu up: the coordinator exited\n");
+			print_log_tail(log);
+			unlink(path);
+			return -1;
+		}
+		sleep_ms(20);
+	}
+	fprintf(stderr, "podemu up: the coordinator did not start listening\n");
+	print_log_tail(log);
+	return -1;
+}
+
+/* Starts the agent for host index h unless one is running; 1 when started, 0 if not, -1. */
+static int start_agent(struct pod_files *pf, int h, const char *url, const char *backing)
+{
+	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX], index[16];
+	snprintf(path, sizeof(path), "%s/agent-%d.pid", pf->dir, h);
+	pid_t running = read_pid(path);
+	if (running > 0 && pid_is_podemu(running))
+		return 0;
+	snprintf(exe, sizeof(exe), "%s/podemu-agent", pf->exe_dir);
+	snprintf(index, sizeof(index), "%d", h);
+	char *argv[] = {exe,         "--coordinator", (char *)url,    "--host-index", index,
+	                "--backing", (char *)backing, "--token-file", pf->token_file, NULL};
+	snprintf(log, sizeof(log), "%s/agent-%d.log", pf->dir, h);
+	pid_t pid = spawn(argv, log);
+	if (pid < 0 || write_pid(path, pid) != 0) {
+		fprintf(stderr, "podemu up: cannot start %s\n", exe);
+		return -1;
+	}
+	return 1;
+}
+
+/* Writes a fresh secret for the pod, readable by its owner only. */
+static int new_token(struct pod_files *pf)
+{
+	struct status st;
+	int fd = -1;
+	if (token_generate(pf->token, &st) != ST_OK ||
+	    (fd = open(pf->token_file, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0 ||
+	    write(fd, pf->token, strlen(pf->token)) != (ssize_t)strlen(pf->token)) {
+		fprintf(stderr, "podemu up: cannot write the pod token to %s\n", pf->token_file);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* True when an agent recorded in the state directory is running. */
+static bool any_agent_running(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		return false;
+	bool any = false;
+	struct dirent *e;
+	char path[PATH_MAX];
+	while (!any && (e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, "agent-", 6) != 0 || strstr(e->d_name, ".pid") == NULL)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		pid_t pid = read_pid(path);
+		any = pid > 0 && pid_is_podemu(pid);
+	}
+	closedir(d);
+	return any;
+}
+
+/*
+ * The running pod's size and backing, as its coordinator describes them. The backing comes
+ * from a registered host; o->backing when none is.
+ */
+static int running_pod(const char *url, const char *token, int *num_hosts, char *backing,
+                       size_t backing_len, const char *fallback)
+{
+	struct rpc_client *c;
+	struct status st;
+	if (rpc_client_open(&c, url, false, &st) != ST_OK)
+		return -1;
+	rpc_client_set_token(c, token);
+	struct arena *a = arena_new();
+	Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
+	void *reply;
+	int rv = -1;
+	snprintf(backing, backing_len, "%s", fallback);
+	if (a != NULL && rpc_call(c, &podemu__coordinator__descriptor, CM_GET_STATUS, &req, a,
+	                          &reply, 5000, &st) == ST_OK) {
+		Podemu__PodStatus *ps = reply;
+		*num_hosts = ps->num_hosts;
+		for (size_t i = 0; i < ps->n_hosts; i++)
+			if (ps->hosts[i]->backing != NULL && ps->hosts[i]->backing[0] != '\0')
+				snprintf(backing, backing_len, "%s", ps->hosts[i]->backing);
+		rv = 0;
+	} else {
+		fprintf(stderr, "podemu up: the running coordinator does not answer: %s\n",
+		        st.message);
+	}
+	arena_free(a);
+	rpc_client_close(c);
+	return rv;
+}
+
 int pod_up(const struct up_options *o)
 {
 	struct status st;
@@ -197,139 +379,81 @@ int pod_up(const struct up_options *o)
 		        strerror(errno));
 		return 1;
 	}
-	char path[PATH_MAX], log[PATH_MAX], url_file[PATH_MAX];
+	struct pod_files pf = {.dir = o->state_dir};
+	snprintf(pf.url_file, sizeof(pf.url_file), "%s/%s", o->state_dir, STATE_COORDINATOR_FILE);
+	snprintf(pf.token_file, sizeof(pf.token_file), "%s/%s", o->state_dir, STATE_TOKEN_FILE);
+	bin_dir(pf.exe_dir, sizeof(pf.exe_dir));
+	int64_t deadline = now_ms() + o->timeout_ms;
+	char path[PATH_MAX], url[512] = "";
 	snprintf(path, sizeof(path), "%s/coordinator.pid", o->state_dir);
 	pid_t old = read_pid(path);
-	if (old > 0 && pid_is_podemu(old)) {
-		fprintf(stderr,
-		        "podemu up: a pod is already running in %s (coordinator pid %d); run "
-		        "`podemu down --state-dir %s` first\n",
-		        o->state_dir, (int)old, o->state_dir);
-		return 1;
-	}
-	snprintf(url_file, sizeof(url_file), "%s/%s", o->state_dir, STATE_COORDINATOR_FILE);
-	unlink(url_file);
-	/* A fresh secret for this pod, readable by its owner only. */
-	char token[TOKEN_MAX + 1], token_file[PATH_MAX];
-	snprintf(token_file, sizeof(token_file), "%s/%s", o->state_dir, STATE_TOKEN_FILE);
-	int tfd = -1;
-	if (token_generate(token, &st) != ST_OK ||
-	    (tfd = open(token_file, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0 ||
-	    write(tfd, token, strlen(token)) != (ssize_t)strlen(token)) {
-		fprintf(stderr, "podemu up: cannot write the pod token to %s\n", token_file);
-		if (tfd >= 0)
-			close(tfd);
-		return 1;
-	}
-	close(tfd);
-
-	char dir[PATH_MAX], exe[PATH_MAX + 32];
-	bin_dir(dir, sizeof(dir));
-	snprintf(exe, sizeof(exe), "%s/podemu-coordinator", dir);
-	char listen[64], hosts[16], cores[16], hbm[32];
-	snprintf(listen, sizeof(listen), "tcp://127.0.0.1:%d", o->port);
-	char *argv[32];
-	int argc = 0;
-	argv[argc++] = exe;
-	argv[argc++] = "--listen";
-	argv[argc++] = listen;
-	argv[argc++] = "--address-file";
-	argv[argc++] = url_file;
-	argv[argc++] = "--token-file";
-	argv[argc++] = token_file;
-	if (o->topology != NULL) {
-		argv[argc++] = "--topology";
-		argv[argc++] = (char *)o->topology;
-	} else {
-		snprintf(hosts, sizeof(hosts), "%d", topo.num_hosts);
-		snprintf(cores, sizeof(cores), "%d", topo.cores_per_host);
-		snprintf(hbm, sizeof(hbm), "%lld", (long long)topo.hbm_bytes);
-		argv[argc++] = "--hosts";
-		argv[argc++] = hosts;
-		argv[argc++] = "--cores-per-host";
-		argv[argc++] = cores;
-		argv[argc++] = "--hbm";
-		argv[argc++] = hbm;
-	}
-	if (o->chunk_bytes != NULL) {
-		argv[argc++] = "--chunk-bytes";
-		argv[argc++] = (char *)o->chunk_bytes;
-	}
-	if (o->collective_timeout_ms != NULL) {
-		argv[argc++] = "--collective-timeout-ms";
-		argv[argc++] = (char *)o->collective_timeout_ms;
-	}
-	argv[argc] = NULL;
-	snprintf(log, sizeof(log), "%s/coordinator.log", o->state_dir);
-	pid_t coordinator = spawn(argv, log);
-	if (coordinator < 0 || write_pid(path, coordinator) != 0) {
-		fprintf(stderr, "podemu up: cannot start %s\n", exe);
-		return 1;
-	}
-
-	int64_t deadline = now_ms() + o->timeout_ms;
-	char url[512] = "";
-	while (now_ms() < deadline) {
-		FILE *f = fopen(url_file, "r");
-		if (f != NULL) {
-			if (fgets(url, sizeof(url), f) == NULL)
-				url[0] = '\0';
-			fclose(f);
-			url[strcspn(url, "\r\n")] = '\0';
-			if (url[0] != '\0')
-				break;
-		}
-		int status;
-		if (waitpid(coordinator, &status, WNOHANG) == coordinator) {
-			fprintf(stderr, "podemu up: the coordinator exited\n");
-			print_log_tail(log);
-			unlink(path);
+	bool coordinator_up = old > 0 && pid_is_podemu(old);
+	bool agents_up = any_agent_running(o->state_dir);
+	/*
+	 * Part of a pod still runs: keep its secret and address and start only what is missing, so
+	 * that the running daemons (and their buffers) carry on.
+	 */
+	bool resume = coordinator_up || agents_up;
+	int started = 0, num_hosts = topo.num_hosts;
+	char backing[8];
+	snprintf(backing, sizeof(backing), "%s", o->backing);
+	if (resume) {
+		read_line(pf.token_file, pf.token, sizeof(pf.token));
+		read_line(pf.url_file, url, sizeof(url));
+		if (pf.token[0] == '\0' || url[0] == '\0') {
+			fprintf(
+			    stderr,
+			    "podemu up: processes of a pod run in %s but its token or address is "
+			    "gone; run `podemu down --state-dir %s` first\n",
+			    o->state_dir, o->state_dir);
 			return 1;
 		}
-		sleep_ms(20);
-	}
-	if (url[0] == '\0') {
-		fprintf(stderr, "podemu up: the coordinator did not start listening\n");
-		print_log_tail(log);
-		pod_down(o->state_dir);
+	} else if (new_token(&pf) != 0) {
 		return 1;
 	}
-
-	snprintf(exe, sizeof(exe), "%s/podemu-agent", dir);
-	for (int h = 0; h < topo.num_hosts; h++) {
-		char index[16];
-		snprintf(index, sizeof(index), "%d", h);
-		char *aargv[] = {exe,
-		                 "--coordinator",
-		                 url,
-		                 "--host-index",
-		                 index,
-		                 "--backing",
-		                 (char *)o->backing,
-		                 "--token-file",
-		                 token_file,
-		                 NULL};
-
-		snprintf(log, sizeof(log), "%s/agent-%d.log", o->state_dir, h);
-		snprintf(path, sizeof(path), "%s/agent-%d.pid", o->state_dir, h);
-		pid_t pid = spawn(aargv, log);
-		if (pid < 0 || write_pid(path, pid) != 0) {
-			fprintf(stderr, "podemu up: cannot start %s\n", exe);
-			pod_down(o->state_dir);
+	if (!coordinator_up) {
+		char listen[512];
+		if (resume)
+			snprintf(listen, sizeof(listen), "%s", url); /* where the agents redial */
+		else
+			snprintf(listen, sizeof(listen), "tcp://127.0.0.1:%d", o->port);
+		if (start_coordinator(o, &topo, &pf, listen, deadline, url, sizeof(url)) != 0) {
+			if (!resume)
+				pod_down(o->state_dir);
 			return 1;
 		}
+		started++;
+	} else if (running_pod(url, pf.token, &num_hosts, backing, sizeof(backing), o->backing) !=
+	           0) {
+		return 1;
+	}
+	for (int h = 0; h < num_hosts; h++) {
+		int got = start_agent(&pf, h, url, backing);
+		if (got < 0) {
+			if (!resume)
+				pod_down(o->state_dir);
+			return 1;
+		}
+		started += got;
 	}
 	char why[512] = "no answer";
-	if (wait_ready(url, token, deadline, why, sizeof(why)) != 0) {
+	if (wait_ready(url, pf.token, deadline, why, sizeof(why)) != 0) {
 		fprintf(stderr, "podemu up: the pod did not become ready within %d ms (%s)\n",
 		        o->timeout_ms, why);
+		char log[PATH_MAX];
 		snprintf(log, sizeof(log), "%s/coordinator.log", o->state_dir);
 		print_log_tail(log);
-		pod_down(o->state_dir);
+		if (!resume)
+			pod_down(o->state_dir);
 		return 1;
 	}
-	printf("pod %s is ready: %d hosts x %d cores, coordinator %s, backing %s, state %s\n",
-	       topo.name, topo.num_hosts, topo.cores_per_host, url, o->backing, o->state_dir);
+	if (resume)
+		printf("pod in %s was running: started the %d missing processes; coordinator %s\n",
+		       o->state_dir, started, url);
+	else
+		printf(
+		    "pod %s is ready: %d hosts x %d cores, coordinator %s, backing %s, state %s\n",
+		    topo.name, topo.num_hosts, topo.cores_per_host, url, o->backing, o->state_dir);
 	return 0;
 }
 
