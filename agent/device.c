@@ -18,6 +18,9 @@ int device_init(struct device *dev, int host_index, int num_hosts, int cores_per
 	dev->world_size = num_hosts * cores_per_host;
 	dev->backed = backed;
 	dev->window = 4;
+	const char *failpoint = getenv("PODEMU_FAILPOINT");
+	dev->stall_before_collective =
+	    failpoint != NULL && strcmp(failpoint, "stall-before-collective") == 0;
 	dev->cores = calloc((size_t)cores_per_host, sizeof(*dev->cores));
 	if (dev->cores == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -56,7 +59,7 @@ void device_destroy(struct device *dev)
 		if (dev->cores[i].thread_started)
 			pthread_join(dev->cores[i].thread, NULL);
 	if (dev->step != NULL)
-		device_abort(dev, 0, ST_ABORTED, "the agent is stopping", NULL);
+		device_abort(dev, 0, ST_ABORTED, "the agent is stopping", NULL, NULL);
 	for (int i = 0; i < dev->num_buffers; i++)
 		free(dev->buffers[i].offsets);
 	free(dev->buffers);
@@ -223,7 +226,7 @@ int device_forget_all(struct device *dev, const char *reason, int wait_ms)
 {
 	if (dev->cores == NULL)
 		return 0;
-	device_abort(dev, 0, ST_ABORTED, reason, NULL);
+	device_abort(dev, 0, ST_ABORTED, reason, NULL, NULL);
 	struct timespec deadline = clock_deadline_ms(wait_ms);
 	pthread_mutex_lock(&dev->lock);
 	while (dev->step != NULL &&

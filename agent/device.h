@@ -52,6 +52,11 @@ struct device {
 	struct step *step; /* prepared or running */
 	struct dataplane *dp;
 	bool stopping;
+	/*
+	 * Failpoint for fault tests (PODEMU_FAILPOINT=stall-before-collective): every core stops
+	 * before each collective until the step is aborted, as a hung kernel would.
+	 */
+	bool stall_before_collective;
 	uint64_t events; /* bumped (with cv broadcast) whenever a waiting core may go on */
 };
 
@@ -97,7 +102,11 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
                size_t n_release, struct arena *a, Podemu__CollectiveTiming ***timings,
                size_t *n_timings, struct status *st);
-int device_abort(struct device *dev, uint64_t step_id, int code, const char *reason,
+/*
+ * abort also tells where each core of the host is (positions[cores_per_host], unless NULL): the
+ * collective node it waits in, CORE_COMPUTING, or CORE_DONE.
+ */
+int device_abort(struct device *dev, uint64_t step_id, int code, const char *reason, int *positions,
                  struct status *st);
 
 /* Data-plane delivery (a dp_deliver_fn with a struct device as arg). */

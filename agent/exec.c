@@ -199,8 +199,11 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	s->ops = arena_calloc(s->arena, n, sizeof(*s->ops));
 	s->coll_of_node = arena_calloc(s->arena, n, sizeof(int));
 	s->core_status = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(struct status));
-	if (!s->shapes || !s->ops || !s->coll_of_node || !s->core_status)
+	s->position = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(int));
+	if (!s->shapes || !s->ops || !s->coll_of_node || !s->core_status || !s->position)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int c = 0; c < dev->cores_per_host; c++)
+		s->position[c] = CORE_COMPUTING;
 	int rv = graph_check(p->graph, dev->world_size, s->shapes, st);
 	if (rv != ST_OK)
 		return rv;
@@ -328,13 +331,14 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 	return rv;
 }
 
-int device_abort(struct device *dev, uint64_t step_id, int code, const char *reason,
+int device_abort(struct device *dev, uint64_t step_id, int code, const char *reason, int *positions,
                  struct status *st)
-
 {
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
 	int rv = ST_OK;
+	for (int c = 0; positions != NULL && c < dev->cores_per_host; c++)
+		positions[c] = s != NULL && s->running ? s->position[c] : CORE_COMPUTING;
 	if (s == NULL || (step_id != 0 && s->id != step_id)) {
 		rv = status_set(st, ST_NOT_FOUND, "host %d has no step %llu prepared",
 		                dev->host_index, (unsigned long long)step_id);
@@ -371,6 +375,28 @@ int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 	return rv;
 }
 
+/* Where a core is, for an abort that asks which cores never reached a collective. */
+static void set_position(struct device *dev, struct step *s, struct core *c, int node)
+{
+	pthread_mutex_lock(&dev->lock);
+	s->position[c->local] = node;
+	pthread_mutex_unlock(&dev->lock);
+}
+
+/* The failpoint: waits, not in the collective, until the step is aborted. */
+static int stall(struct device *dev, struct step *s, struct core *c, int node, struct status *st)
+{
+	log_warn("failpoint stall-before-collective: core %d stops before node %d", c->ordinal,
+	         node);
+	pthread_mutex_lock(&dev->lock);
+	while (s->cancel_code == ST_OK && !dev->stopping)
+		pthread_cond_wait(&dev->cv, &dev->lock);
+	int rv = status_set(st, s->cancel_code != ST_OK ? s->cancel_code : ST_ABORTED, "%s",
+	                    s->cancel_code != ST_OK ? s->cancel_reason : "the agent is stopping");
+	pthread_mutex_unlock(&dev->lock);
+	return rv;
+}
+
 static int run_core(struct device *dev, struct step *s, struct core *c, struct status *st)
 {
 	const Podemu__Graph *g = s->prog->graph;
@@ -379,7 +405,11 @@ static int run_core(struct device *dev, struct step *s, struct core *c, struct s
 		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT)
 			continue;
 		if (opcode_is_collective(op)) {
+			if (dev->stall_before_collective)
+				return stall(dev, s, c, (int)i, st);
+			set_position(dev, s, c, (int)i);
 			int rv = coll_run(dev, s, c, (int)i, st);
+			set_position(dev, s, c, CORE_COMPUTING);
 			if (rv != ST_OK)
 				return rv;
 			continue;
@@ -425,6 +455,7 @@ void *device_core_main(void *arg)
 		run_core(dev, s, c, &st);
 		pthread_mutex_lock(&dev->lock);
 		s->core_status[c->local] = st;
+		s->position[c->local] = CORE_DONE;
 		c->pending = NULL;
 		s->done_cores++;
 		pthread_cond_broadcast(&dev->cv);

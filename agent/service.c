@@ -64,7 +64,14 @@ static int h_abort(void *state, struct arena *a, const void *request, void *repl
 	const Podemu__AbortRequest *req = request;
 	if (!ag->ready)
 		return not_ready(st);
-	return device_abort(&ag->dev, req->step_id, req->code, req->reason, st);
+	Podemu__AbortReply *rep = reply;
+	int *positions = arena_calloc(a, (size_t)ag->dev.cores_per_host, sizeof(int));
+	if (positions == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv = device_abort(&ag->dev, req->step_id, req->code, req->reason, positions, st);
+	rep->core_node = positions;
+	rep->n_core_node = (size_t)ag->dev.cores_per_host;
+	return rv;
 }
 
 static int h_create_buffer(void *state, struct arena *a, const void *request, void *reply,

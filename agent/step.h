@@ -16,6 +16,9 @@ struct inbox_entry {
 	int orphan;             /* local: the sender gave up; the receiver frees it */
 };
 
+#define CORE_COMPUTING (-1)
+#define CORE_DONE (-2)
+
 struct step {
 	uint64_t id;
 	struct arena *arena;
@@ -32,6 +35,7 @@ struct step {
 	bool running;
 	int done_cores;
 	struct status *core_status;
+	int *position;   /* [core]: the collective node it waits in, CORE_COMPUTING or CORE_DONE */
 	int cancel_code; /* set when the coordinator aborts the running step */
 	char cancel_reason[512];
 	struct inbox_entry **inbox; /* [core] */

@@ -27,7 +27,10 @@ struct fan {
 	struct status *sts;
 	int timeout_ms;
 	struct rpc_cancel *cancels; /* per host, or NULL */
+	struct step_watch *watch;   /* told when each host answers, or NULL */
 };
+
+static void watch_answered(struct step_watch *w, int host, const struct status *st, bool running);
 
 static void fan_one(int i, void *arg)
 {
@@ -38,6 +41,8 @@ static void fan_one(int i, void *arg)
 	rpc_call_cancellable(f->clients[i], &podemu__agent__descriptor, f->method, f->requests[i],
 	                     f->a, &f->replies[i], f->timeout_ms,
 	                     f->cancels ? &f->cancels[i] : NULL, &f->sts[i]);
+	if (f->watch != NULL)
+		watch_answered(f->watch, i, &f->sts[i], f->method == AM_RUN_STEP);
 }
 
 /*
@@ -49,7 +54,7 @@ static int fan_call(struct coordinator *co, struct rpc_client **clients, unsigne
                     struct status *sts, int timeout_ms, struct status *st)
 {
 	int n = co->reg.topo.num_hosts;
-	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, NULL};
+	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, NULL, NULL};
 	fanout_run(n, fan_one, &f);
 	for (int h = 0; h < n; h++)
 		if (sts[h].code != ST_OK)
@@ -270,7 +275,11 @@ static int check_fits(struct coordinator *co, const struct plan *p, struct statu
 	    status_human_bytes(temps, p->temp_bytes));
 }
 
-/* Watches the hosts of a running step; a lost one makes the step fail everywhere at once. */
+/*
+ * Watches the hosts of a running step: a lost one makes the step fail everywhere at once, and
+ * a collective that timed out on one host is aborted everywhere with the cores that never
+ * arrived at it.
+ */
 struct step_watch {
 	struct coordinator *co;
 	struct rpc_client **clients;
@@ -279,7 +288,108 @@ struct step_watch {
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
 	int done;
+	bool *answered;         /* [host]: its call returned */
+	int timed_out;          /* the first host that answered DEADLINE_EXCEEDED, or -1 */
+	struct status deadline; /* the composed DEADLINE_EXCEEDED, once known */
 };
+
+static void watch_answered(struct step_watch *w, int host, const struct status *st, bool running)
+{
+	pthread_mutex_lock(&w->lock);
+	w->answered[host] = true;
+	if (running && st->code == ST_DEADLINE_EXCEEDED && w->timed_out < 0) {
+		w->timed_out = host;
+		w->deadline = *st;
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Appends " a..b" or " a" ranges of the marked ordinals to out; returns how many. */
+static int format_cores(char *out, size_t len, const bool *marked, int n)
+{
+	int count = 0;
+	for (int i = 0; i < n; i++) {
+		if (!marked[i] || (i > 0 && marked[i - 1]))
+			continue;
+		int j = i;
+		while (j + 1 < n && marked[j + 1])
+			j++;
+		size_t at = strlen(out);
+		if (j > i)
+			snprintf(out + at, len - at, "%s%d..%d", count ? ", " : "", i, j);
+		else
+			snprintf(out + at, len - at, "%s%d", count ? ", " : "", i);
+		count += j - i + 1;
+	}
+	return count;
+}
+
+/*
+ * A collective timed out on host w->timed_out: asks every host still running where its cores
+ * are while aborting the step there. Cores waiting in a collective arrived; cores still
+ * computing, and the cores of hosts that do not answer, never did. The step fails with
+ * DEADLINE_EXCEEDED naming them. Called without w->lock.
+ */
+static void watch_deadline(struct step_watch *w, const bool *answered)
+{
+	struct registry *reg = &w->co->reg;
+	int hosts = reg->topo.num_hosts, cph = reg->topo.cores_per_host, world = hosts * cph;
+	bool *silent = calloc((size_t)world, sizeof(bool));
+	bool *computing = calloc((size_t)world, sizeof(bool));
+	if (silent == NULL || computing == NULL)
+		goto out;
+	char reason[STATUS_MESSAGE_MAX];
+	snprintf(reason, sizeof(reason), "a collective timed out on host %d: %s", w->timed_out,
+	         w->deadline.message);
+	for (int h = 0; h < hosts; h++) {
+		if (answered[h])
+			continue;
+		struct arena *a = arena_new();
+		Podemu__AbortRequest req = PODEMU__ABORT_REQUEST__INIT;
+		req.step_id = w->step_id;
+		req.code = ST_DEADLINE_EXCEEDED;
+		req.reason = reason;
+		void *reply = NULL;
+		struct status st;
+		int rv = a == NULL ? ST_RESOURCE_EXHAUSTED
+		                   : rpc_call(w->clients[h], &podemu__agent__descriptor,
+		                              AM_ABORT_STEP, &req, a, &reply, 2000, &st);
+		Podemu__AbortReply *rep = reply;
+		if (rv == ST_OK && rep->n_core_node == (size_t)cph) {
+			for (int c = 0; c < cph; c++)
+				computing[h * cph + c] = rep->core_node[c] == -1;
+		} else if (rv != ST_OK && rv != ST_NOT_FOUND) {
+			/* Frozen or gone: its RunStep will not answer either. */
+			for (int c = 0; c < cph; c++)
+				silent[h * cph + c] = true;
+			rpc_cancel_fire(&w->cancels[h], reason);
+		}
+		arena_free(a);
+	}
+	char missing[STATUS_MESSAGE_MAX / 2] = "";
+	char list[STATUS_MESSAGE_MAX / 4] = "";
+	if (format_cores(list, sizeof(list), silent, world) > 0)
+		snprintf(missing, sizeof(missing), "cores %s (their host did not answer)", list);
+	list[0] = '\0';
+	if (format_cores(list, sizeof(list), computing, world) > 0) {
+		size_t at = strlen(missing);
+		snprintf(missing + at, sizeof(missing) - at, "%scores %s (still computing)",
+		         at ? "; " : "", list);
+	}
+	pthread_mutex_lock(&w->lock);
+	if (missing[0] == '\0')
+		status_set(&w->deadline, ST_DEADLINE_EXCEEDED,
+		           "%s (every core had arrived at a collective)", w->deadline.message);
+	else
+		status_set(&w->deadline, ST_DEADLINE_EXCEEDED, "%s; never arrived: %s",
+		           w->deadline.message, missing);
+	pthread_mutex_unlock(&w->lock);
+	log_warn("step %llu: %s", (unsigned long long)w->step_id, w->deadline.message);
+out:
+	free(silent);
+	free(computing);
+}
 
 static void *watch_main(void *arg)
 {
@@ -293,6 +403,15 @@ static void *watch_main(void *arg)
 
 		if (w->done)
 			break;
+		if (w->timed_out >= 0) {
+			int hosts_n = reg->topo.num_hosts;
+			bool answered[hosts_n];
+			memcpy(answered, w->answered, sizeof(answered));
+			pthread_mutex_unlock(&w->lock);
+			watch_deadline(w, answered);
+			pthread_mutex_lock(&w->lock);
+			break;
+		}
 		int lost = -1;
 		pthread_mutex_lock(&reg->lock);
 		for (int h = 0; h < hosts && lost < 0; h++)
@@ -344,13 +463,19 @@ static int fan_call_watched(struct coordinator *co, struct rpc_client **clients,
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int h = 0; h < n; h++)
 		rpc_cancel_init(&cancels[h]);
-	struct step_watch w = {
-	    .co = co, .clients = clients, .cancels = cancels, .step_id = step_id};
+	struct step_watch w = {.co = co,
+	                       .clients = clients,
+	                       .cancels = cancels,
+	                       .step_id = step_id,
+	                       .answered = arena_calloc(a, (size_t)n, sizeof(bool)),
+	                       .timed_out = -1};
+	if (w.answered == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	pthread_mutex_init(&w.lock, NULL);
 	pthread_cond_init(&w.cv, NULL);
 	pthread_t thread;
 	int watching = pthread_create(&thread, NULL, watch_main, &w) == 0;
-	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, cancels};
+	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, cancels, &w};
 	fanout_run(n, fan_one, &f);
 	if (watching) {
 		pthread_mutex_lock(&w.lock);
@@ -363,7 +488,9 @@ static int fan_call_watched(struct coordinator *co, struct rpc_client **clients,
 	pthread_mutex_destroy(&w.lock);
 	for (int h = 0; h < n; h++)
 		rpc_cancel_destroy(&cancels[h]);
-	/* The cause first: a lost host's status names it; the others only echo it. */
+	/* The cause first: a timed-out collective or a lost host; the others only echo it. */
+	if (w.timed_out >= 0)
+		return status_set(st, ST_DEADLINE_EXCEEDED, "%s", w.deadline.message);
 	for (int h = 0; h < n; h++)
 		if (cancels[h].fired)
 			return status_set(st, ST_UNAVAILABLE, "%s", cancels[h].reason);

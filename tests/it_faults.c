@@ -177,6 +177,85 @@ static void test_coordinator_restart(void **state)
 	pod_stop();
 }
 
+static long log_size(const char *name)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s.log", pod_state_dir, name);
+	FILE *f = fopen(path, "r");
+	long n = 0;
+	if (f != NULL) {
+		fseek(f, 0, SEEK_END);
+		n = ftell(f);
+		fclose(f);
+	}
+	return n;
+}
+
+struct freezer {
+	long from;
+	pid_t pid;
+	int frozen;
+};
+
+/* Freezes agent-1 once its cores stopped before the collective. */
+static void *freeze_when_stalled(void *arg)
+{
+	struct freezer *f = arg;
+	if (pod_log_has("agent-1", f->from, "failpoint stall-before-collective"))
+		f->frozen = kill(f->pid, SIGSTOP) == 0;
+	return NULL;
+}
+
+/*
+ * A collective that some cores never reach fails after the collective deadline with
+ * DEADLINE_EXCEEDED naming those cores, instead of waiting forever: first with cores that hang
+ * before it (a failpoint on host 1), then with their host frozen as well.
+ */
+static void test_collective_never_reached(void **state)
+{
+	pe_client *c = pod_start("--hosts 2 --cores-per-host 2 --hbm 256M --backing host "
+	                         "--collective-timeout-ms 1000 --heartbeat-timeout-ms 60000");
+	assert_non_null(c);
+	setenv("PODEMU_FAILPOINT", "stall-before-collective", 1);
+	pid_t stalled = pod_restart("agent-1", SIGTERM, "registered as host");
+	unsetenv("PODEMU_FAILPOINT");
+	assert_true(stalled > 0);
+	assert_int_equal(pe_wait_ready(c, 15000), PE_OK);
+
+	int64_t n = 1024;
+	pe_tensor *y = pe_all_reduce(pe_full(c, PE_F32, &n, 1, 1.0), PE_REDUCE_SUM, 1.0, NULL);
+	double t0 = now_s();
+	assert_int_equal(pe_mark_step(c), PE_DEADLINE_EXCEEDED);
+	double took = now_s() - t0;
+	assert_non_null(strstr(pe_last_error(c), "never arrived: cores 2..3 (still computing)"));
+	assert_true(took < 1.0 + 2.0);
+	pe_memory_info m[4];
+	assert_int_equal(pe_memory_info_all(c, m, 4), PE_OK);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(m[i].bytes_used, 0);
+		assert_int_equal(m[i].bytes_reserved, 0);
+	}
+	pe_release(y);
+
+	struct freezer f = {.from = log_size("agent-1"), .pid = stalled};
+	pthread_t t;
+	pthread_create(&t, NULL, freeze_when_stalled, &f);
+	y = pe_all_reduce(pe_full(c, PE_F32, &n, 1, 1.0), PE_REDUCE_SUM, 1.0, NULL);
+	t0 = now_s();
+	int rv = pe_mark_step(c);
+	took = now_s() - t0;
+	pthread_join(t, NULL);
+	kill(stalled, SIGCONT);
+	assert_true(f.frozen);
+	assert_int_equal(rv, PE_DEADLINE_EXCEEDED);
+	assert_non_null(
+	    strstr(pe_last_error(c), "never arrived: cores 2..3 (their host did not answer)"));
+	assert_true(took < 1.0 + 2.0 + 1.5);
+	pe_release(y);
+	pe_disconnect(c);
+	pod_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -184,6 +263,7 @@ int main(void)
 	    cmocka_unit_test(test_frozen_peer_fails_the_step),
 	    cmocka_unit_test(test_agent_restart_rejoins),
 	    cmocka_unit_test(test_coordinator_restart),
+	    cmocka_unit_test(test_collective_never_reached),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

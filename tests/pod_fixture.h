@@ -40,6 +40,7 @@ static void pod_crash_handler(int sig)
 /* Starts a pod with the given `podemu up` arguments and connects to it; NULL on failure. */
 static pe_client *pod_start(const char *args)
 {
+	pod_stop(); /* the pod of a test that failed before it stopped it */
 	snprintf(pod_state_dir, sizeof(pod_state_dir), "/tmp/podemu-test-XXXXXX");
 	if (mkdtemp(pod_state_dir) == NULL)
 		return NULL;

@@ -27,7 +27,7 @@ static void usage(FILE *f)
 	    "  up      start a local pod (coordinator + one agent per host) and wait until ready\n"
 	    "          --topology NAME | --hosts H --cores-per-host C --hbm SIZE\n"
 	    "          --backing host|none  --port N (0: any free port)  --timeout-ms N\n"
-	    "          --chunk-bytes SIZE  --collective-timeout-ms N\n"
+	    "          --chunk-bytes SIZE  --collective-timeout-ms N  --heartbeat-timeout-ms N\n"
 	    "  down    stop every process of the pod\n"
 	    "  status  show hosts and per-core memory  [--json]\n"
 	    "  demo    the seed scenario (pytorch/xla 3510): fill N ones per core, mark_step,\n"
@@ -56,6 +56,7 @@ enum {
 	OPT_ELEMENTS,
 	OPT_CHUNK,
 	OPT_COLL_TIMEOUT,
+	OPT_LEASE,
 	OPT_HELP,
 	OPT_OP,
 	OPT_MIN_BYTES,
@@ -94,6 +95,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"elements", required_argument, NULL, OPT_ELEMENTS},
 	    {"chunk-bytes", required_argument, NULL, OPT_CHUNK},
 	    {"collective-timeout-ms", required_argument, NULL, OPT_COLL_TIMEOUT},
+	    {"heartbeat-timeout-ms", required_argument, NULL, OPT_LEASE},
 	    {"help", no_argument, NULL, OPT_HELP},
 	    {"op", required_argument, NULL, OPT_OP},
 	    {"min-bytes", required_argument, NULL, OPT_MIN_BYTES},
@@ -159,6 +161,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_COLL_TIMEOUT:
 			o->up.collective_timeout_ms = optarg;
+			break;
+		case OPT_LEASE:
+			o->up.heartbeat_timeout_ms = optarg;
 			break;
 		case OPT_OP:
 			o->bench.ops = optarg;

@@ -234,6 +234,10 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 		argv[argc++] = "--collective-timeout-ms";
 		argv[argc++] = (char *)o->collective_timeout_ms;
 	}
+	if (o->heartbeat_timeout_ms != NULL) {
+		argv[argc++] = "--heartbeat-timeout-ms";
+		argv[argc++] = (char *)o->heartbeat_timeout_ms;
+	}
 	argv[argc] = NULL;
 	unlink(pf->url_file);
 	snprintf(log, sizeof(log), "%s/coordinator.log", pf->dir);

@@ -15,6 +15,7 @@ struct up_options {
 	int timeout_ms;
 	const char *chunk_bytes;
 	const char *collective_timeout_ms;
+	const char *heartbeat_timeout_ms;
 };
 
 /* Starts coordinator and agents, waits until the pod is ready; returns a process exit code. */
