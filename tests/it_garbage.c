@@ -1,0 +1,256 @@
+/*
+ * Garbage, truncated and oversized frames sent to every listening socket of a coordinator and
+ * an agent (control and data plane), as raw TCP and as well-formed nng messages: the daemons
+ * keep answering, their resident memory stays flat, and the pod still computes.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "pod_fixture.h"
+#include "podemu.pb-c.h"
+#include "rpc.h"
+#include "services.h"
+
+#define ROUNDS 6
+/* Resident memory a daemon may gain between the first and the last round. */
+#define RSS_SLACK_BYTES (8 << 20)
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static uint32_t next_random(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+static void fill_random(unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)next_random();
+}
+
+static int64_t rss_bytes(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	int64_t kb = -1;
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "VmRSS: %lld kB", (long long *)&kb) == 1)
+			break;
+	if (f != NULL)
+		fclose(f);
+	return kb * 1024;
+}
+
+static int tcp_connect(const char *url)
+{
+	const char *colon = strrchr(url, ':');
+	assert_non_null(colon);
+	struct sockaddr_in addr = {.sin_family = AF_INET,
+	                           .sin_port = htons((uint16_t)atoi(colon + 1))};
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	struct timeval tv = {2, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	return fd;
+}
+
+/*
+ * An SP req peer that announces a message over the limit and starts sending it: the
+ * daemon must drop the connection after the 8-byte header instead of reading it all.
+ */
+static void oversized_frame(const char *url)
+{
+	int fd = tcp_connect(url);
+	unsigned char hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0}, theirs[8];
+	assert_int_equal(send(fd, hello, 8, MSG_NOSIGNAL), 8);
+	assert_int_equal(recv(fd, theirs, 8, MSG_WAITALL), 8);
+	/* Over every socket's limit (the data plane's is one 64 MiB chunk and its header). */
+	uint64_t len = (uint64_t)RPC_MAX_MESSAGE_BYTES + 65536;
+	unsigned char header[8];
+	for (int i = 0; i < 8; i++)
+		header[i] = (unsigned char)(len >> (56 - 8 * i));
+	assert_int_equal(send(fd, header, 8, MSG_NOSIGNAL), 8);
+	static unsigned char body[1 << 16];
+	for (int i = 0; i < 16; i++)
+		if (send(fd, body, sizeof(body), MSG_NOSIGNAL) <= 0)
+			break;
+	/* The daemon hangs up (EOF or reset), never answers. */
+	ssize_t got = recv(fd, body, sizeof(body), 0);
+	assert_true(got <= 0);
+	assert_true(got == 0 || errno == ECONNRESET);
+	close(fd);
+}
+
+/* Raw TCP: bytes that are not even the SP handshake, and a header announcing 2^40 bytes. */
+static void raw_tcp(const char *url)
+{
+	static unsigned char buf[8192];
+	for (int k = 0; k < 12; k++) {
+		int fd = tcp_connect(url);
+		{
+			size_t n = 1 + next_random() % sizeof(buf);
+			fill_random(buf, n);
+			if (k % 3 == 0) {
+				/* A valid SP handshake for req, then a frame length of 2^40. */
+				unsigned char hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+				unsigned char len[8] = {0, 0, 0, 1, 0, 0, 0, 0};
+				memcpy(buf, hello, 8);
+				memcpy(buf + 8, len, 8);
+				n = n < 16 ? 16 : n;
+			}
+			ssize_t ignored = send(fd, buf, n, MSG_NOSIGNAL);
+			(void)ignored;
+		}
+		close(fd);
+	}
+}
+
+/* Sends one message on a req socket and waits briefly for whatever answer comes. */
+static void req_send(nng_socket s, const void *data, size_t len)
+{
+	if (nng_send(s, (void *)data, len, 0) != 0)
+		return;
+	void *reply;
+	size_t n;
+	if (nng_recv(s, &reply, &n, NNG_FLAG_ALLOC) == 0)
+		nng_free(reply, n);
+}
+
+/* Well-formed nng messages with garbage, truncated and oversized contents. */
+static void sp_frames(const char *url, const char *token)
+{
+	nng_socket s;
+	assert_int_equal(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 300);
+	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 1000);
+	assert_int_equal(nng_dial(s, url, NULL, 0), 0);
+	static unsigned char buf[1 << 16];
+	for (int k = 0; k < 8; k++) {
+		size_t n = next_random() % sizeof(buf);
+		fill_random(buf, n);
+		req_send(s, buf, n);
+	}
+	req_send(s, buf, 0);
+	/* Envelopes with the pod's token and every method index, with garbage and truncated
+	 * payloads. */
+	for (unsigned method = 0; method < 16; method++) {
+		unsigned char payload[512];
+		fill_random(payload, sizeof(payload));
+		Podemu__RpcRequest env = PODEMU__RPC_REQUEST__INIT;
+		env.method = method;
+		env.token.data = (uint8_t *)token;
+		env.token.len = strlen(token);
+		env.payload.data = payload;
+		env.payload.len = sizeof(payload);
+		size_t n = podemu__rpc_request__pack(&env, buf);
+		req_send(s, buf, n);
+		req_send(s, buf, n / 2);
+	}
+	nng_close(s);
+}
+
+static char *read_token(void)
+{
+	static char token[256];
+	char path[512];
+	snprintf(path, sizeof(path), "%s/token", pod_state_dir);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	if (fgets(token, sizeof(token), f) == NULL)
+		token[0] = '\0';
+	fclose(f);
+	token[strcspn(token, "\n")] = '\0';
+	return token;
+}
+
+static void test_garbage_everywhere(void **state)
+{
+	pe_client *c = pod_start("--hosts 2 --cores-per-host 1 --hbm 64M --backing host");
+	assert_non_null(c);
+	char *token = read_token();
+	char url[256], path[512];
+	snprintf(path, sizeof(path), "%s/coordinator.url", pod_state_dir);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(url, sizeof(url), f));
+	fclose(f);
+	url[strcspn(url, "\n")] = '\0';
+
+	/* The agent's addresses, as the coordinator knows them. */
+	struct rpc_client *rc;
+	struct status st;
+	assert_int_equal(rpc_client_open(&rc, url, false, &st), ST_OK);
+	rpc_client_set_token(rc, token);
+	struct arena *a = arena_new();
+	Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
+	void *reply;
+	assert_int_equal(rpc_call(rc, &podemu__coordinator__descriptor, CM_GET_STATUS, &req, a,
+	                          &reply, 5000, &st),
+	                 ST_OK);
+	Podemu__PodStatus *ps = reply;
+	assert_int_equal(ps->n_hosts, 2);
+	const char *targets[] = {url, ps->hosts[0]->control_url, ps->hosts[0]->data_url};
+	const char *names[] = {"coordinator", "agent-0 control", "agent-0 data plane"};
+	pid_t pids[] = {pod_pid("coordinator"), pod_pid("agent-0"), pod_pid("agent-0")};
+
+	int64_t rss_first[3] = {0}, rss_last[3] = {0};
+	for (int round = 0; round < ROUNDS; round++) {
+		for (int t = 0; t < 3; t++) {
+			raw_tcp(targets[t]);
+			oversized_frame(targets[t]);
+			sp_frames(targets[t], token);
+		}
+		for (int t = 0; t < 3; t++)
+			(round == 0 ? rss_first : rss_last)[t] = rss_bytes(pids[t]);
+	}
+	for (int t = 0; t < 3; t++) {
+		printf("%-20s RSS after round 1: %lld KiB, after round %d: %lld KiB\n", names[t],
+		       (long long)rss_first[t] / 1024, ROUNDS, (long long)rss_last[t] / 1024);
+		assert_true(rss_first[t] > 0);
+		assert_true(rss_last[t] - rss_first[t] < RSS_SLACK_BYTES);
+	}
+
+	/* Still serving: status is ready and a step gives the right values. */
+	arena_free(a);
+	a = arena_new();
+	assert_int_equal(rpc_call(rc, &podemu__coordinator__descriptor, CM_GET_STATUS, &req, a,
+	                          &reply, 5000, &st),
+	                 ST_OK);
+	assert_true(((Podemu__PodStatus *)reply)->ready);
+	arena_free(a);
+	rpc_client_close(rc);
+	int64_t n = 256;
+	pe_tensor *y = pe_all_gather(pe_full(c, PE_F32, &n, 1, 2.0), 0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	float v[512];
+	assert_int_equal(pe_fetch(y, 1, v, sizeof(v)), PE_OK);
+	for (int i = 0; i < 512; i++)
+		assert_true(v[i] == 2.0f);
+	pe_disconnect(c);
+	pod_stop();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_garbage_everywhere),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
