@@ -391,7 +391,9 @@ static int finish(struct run *r, int rv, struct status *st)
 	struct device *dev = r->dev;
 	pthread_mutex_lock(&dev->lock);
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
-		if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+		if (r->s->cancel_code != ST_OK)
+			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
+		else if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a local core did not take this core's data within %d ms",
 			                r->s->timeout_ms);

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,6 +293,7 @@ struct dp_chan {
 	void *notify_arg;
 	int window;
 	int in_flight;
+	bool aborted; /* no new sends, and no waiting for acknowledgements */
 	int code;
 	char message[512];
 	struct dp_slot *slots;
@@ -313,11 +315,23 @@ static void dp_slot_cb(void *arg)
 	struct dp_chan *ch = s->ch;
 	int rv = nng_aio_result(s->aio);
 	pthread_mutex_lock(&ch->lock);
-	if (s->state == S_SENDING && rv == 0) {
+	if (s->state == S_SENDING && rv == 0 && !ch->aborted) {
 		s->state = S_RECEIVING;
 		pthread_mutex_unlock(&ch->lock);
 		nng_ctx_recv(s->ctx, s->aio);
+		/* An abort between the unlock and the recv cancelled nothing: cancel it now. */
+		pthread_mutex_lock(&ch->lock);
+		bool aborted = ch->aborted;
+		pthread_mutex_unlock(&ch->lock);
+		if (aborted)
+			nng_aio_cancel(s->aio);
 		return;
+	}
+	if (s->state == S_SENDING && rv == 0) {
+		/* Sent (nng owns the message), but nobody waits for the acknowledgement any more.
+		 */
+		s->state = S_RECEIVING;
+		rv = NNG_ECANCELED;
 	}
 	if (rv != 0) {
 		if (s->state == S_SENDING)
@@ -392,6 +406,8 @@ int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_
 	for (int i = 0; i < n; i++)
 		len += segs[i].len;
 	pthread_mutex_lock(&ch->lock);
+	if (ch->code == ST_OK && ch->aborted)
+		dp_chan_fail(ch, ST_ABORTED, "the channel to %s was aborted%s", ch->url, "");
 	if (ch->code != ST_OK) {
 		int code = status_set(st, ch->code, "%s", ch->message);
 		pthread_mutex_unlock(&ch->lock);
@@ -462,6 +478,9 @@ int dp_chan_error(struct dp_chan *ch, struct status *st)
 
 void dp_chan_abort(struct dp_chan *ch)
 {
+	pthread_mutex_lock(&ch->lock);
+	ch->aborted = true;
+	pthread_mutex_unlock(&ch->lock);
 	for (int i = 0; i < ch->num_slots; i++)
 		nng_aio_cancel(ch->slots[i].aio);
 }

@@ -204,6 +204,7 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int c = 0; c < dev->cores_per_host; c++)
 		s->position[c] = CORE_COMPUTING;
+	s->failed_core = -1;
 	int rv = graph_check(p->graph, dev->world_size, s->shapes, st);
 	if (rv != ST_OK)
 		return rv;
@@ -456,6 +457,14 @@ void *device_core_main(void *arg)
 		pthread_mutex_lock(&dev->lock);
 		s->core_status[c->local] = st;
 		s->position[c->local] = CORE_DONE;
+		if (st.code != ST_OK && s->cancel_code == ST_OK) {
+			/* The host's other cores need not wait for this one's data any more. */
+			s->cancel_code = st.code;
+			s->failed_core = c->local;
+			snprintf(s->cancel_reason, sizeof(s->cancel_reason), "core %d failed: %s",
+			         c->ordinal, st.message);
+			dev->events++;
+		}
 		c->pending = NULL;
 		s->done_cores++;
 		pthread_cond_broadcast(&dev->cv);
@@ -537,6 +546,9 @@ int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_aft
 	while (s->done_cores < dev->cores_per_host)
 		pthread_cond_wait(&dev->cv, &dev->lock);
 	int rv = ST_OK;
+	if (s->failed_core >= 0) /* the cause, not the cores that gave up because of it */
+		rv = status_set(st, s->core_status[s->failed_core].code, "%s",
+		                s->core_status[s->failed_core].message);
 	for (int c = 0; c < dev->cores_per_host && rv == ST_OK; c++)
 		if (s->core_status[c].code != ST_OK)
 			rv =

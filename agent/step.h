@@ -36,7 +36,8 @@ struct step {
 	int done_cores;
 	struct status *core_status;
 	int *position;   /* [core]: the collective node it waits in, CORE_COMPUTING or CORE_DONE */
-	int cancel_code; /* set when the coordinator aborts the running step */
+	int cancel_code; /* set when the coordinator aborts the running step, or a core fails */
+	int failed_core; /* the local core whose failure set cancel_code, or -1 */
 	char cancel_reason[512];
 	struct inbox_entry **inbox; /* [core] */
 	int64_t *micros;            /* [core * num_colls] */

@@ -45,21 +45,38 @@ static void fan_one(int i, void *arg)
 		watch_answered(f->watch, i, &f->sts[i], f->method == AM_RUN_STEP);
 }
 
+static int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsigned method,
+                            int timeout_ms, uint64_t step_id, const void *const *requests,
+                            struct arena *a, void **replies, struct status *sts, struct status *st);
+
 /*
- * Calls method on every host with requests[h] (NULL: skip h). Returns the first error in host
- * order, with "host H: " before its message, or OK.
+ * Calls method on every host with requests[h] (NULL: skip h); a call to a host that is lost or
+ * restarts meanwhile is given up (UNAVAILABLE) rather than waited for. Returns the first error
+ * in host order, or OK.
  */
 static int fan_call(struct coordinator *co, struct rpc_client **clients, unsigned method,
                     const void *const *requests, struct arena *a, void **replies,
                     struct status *sts, int timeout_ms, struct status *st)
 {
+	return fan_call_watched(co, clients, method, timeout_ms, 0, requests, a, replies, sts, st);
+}
+
+/* One call to one host, given up (UNAVAILABLE) if the host is lost or restarts meanwhile. */
+static int call_host(struct coordinator *co, int host, struct rpc_client *client, unsigned method,
+                     const void *req, struct arena *a, void **reply, struct status *st)
+{
 	int n = co->reg.topo.num_hosts;
-	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, NULL, NULL};
-	fanout_run(n, fan_one, &f);
-	for (int h = 0; h < n; h++)
-		if (sts[h].code != ST_OK)
-			return status_set(st, sts[h].code, "%s", sts[h].message);
-	return ST_OK;
+	struct rpc_client **clients = arena_calloc(a, (size_t)n, sizeof(*clients));
+	const void **reqs = arena_calloc(a, (size_t)n, sizeof(void *));
+	void **replies = arena_calloc(a, (size_t)n, sizeof(void *));
+	struct status *sts = arena_calloc(a, (size_t)n, sizeof(*sts));
+	if (!clients || !reqs || !replies || !sts)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	clients[host] = client;
+	reqs[host] = req;
+	int rv = fan_call(co, clients, method, reqs, a, replies, sts, co->agent_timeout_ms, st);
+	*reply = replies[host];
+	return rv;
 }
 
 /* The same request for every host. */
@@ -284,6 +301,7 @@ struct step_watch {
 	struct coordinator *co;
 	struct rpc_client **clients;
 	struct rpc_cancel *cancels;
+	const void *const *requests; /* [host]: NULL for a host not called */
 	uint64_t step_id;
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
@@ -413,24 +431,34 @@ static void *watch_main(void *arg)
 			break;
 		}
 		int lost = -1;
+		bool restarted = false;
 		pthread_mutex_lock(&reg->lock);
 		for (int h = 0; h < hosts && lost < 0; h++)
-			if (!reg->hosts[h].alive || reg->hosts[h].client != w->clients[h])
+			if (w->requests[h] != NULL &&
+			    (!reg->hosts[h].alive || reg->hosts[h].client != w->clients[h])) {
 				lost = h;
+				restarted = reg->hosts[h].alive;
+			}
 		pthread_mutex_unlock(&reg->lock);
 		if (lost < 0)
 			continue;
-		char reason[512];
-		snprintf(reason, sizeof(reason),
-		         "host %d (cores %d..%d) is lost: no heartbeat within %d ms; step %llu "
-		         "cannot complete",
-		         lost, lost * cph, (lost + 1) * cph - 1, reg->heartbeat_timeout_ms,
-		         (unsigned long long)w->step_id);
+		char reason[512], step[64] = "";
+		if (w->step_id != 0)
+			snprintf(step, sizeof(step), "; step %llu cannot complete",
+			         (unsigned long long)w->step_id);
+		if (restarted)
+			snprintf(reason, sizeof(reason), "host %d (cores %d..%d) restarted%s", lost,
+			         lost * cph, (lost + 1) * cph - 1, step);
+		else
+			snprintf(reason, sizeof(reason),
+			         "host %d (cores %d..%d) is lost: no heartbeat within %d ms%s",
+			         lost, lost * cph, (lost + 1) * cph - 1, reg->heartbeat_timeout_ms,
+			         step);
 		log_warn("%s", reason);
 		pthread_mutex_unlock(&w->lock);
 		rpc_cancel_fire(&w->cancels[lost], reason);
 		/* The survivors stop waiting for the lost host's data and report why. */
-		for (int h = 0; h < hosts; h++) {
+		for (int h = 0; h < hosts && w->step_id != 0; h++) {
 			if (h == lost)
 				continue;
 			struct arena *a = arena_new();
@@ -466,6 +494,7 @@ static int fan_call_watched(struct coordinator *co, struct rpc_client **clients,
 	struct step_watch w = {.co = co,
 	                       .clients = clients,
 	                       .cancels = cancels,
+	                       .requests = requests,
 	                       .step_id = step_id,
 	                       .answered = arena_calloc(a, (size_t)n, sizeof(bool)),
 	                       .timed_out = -1};
@@ -747,7 +776,7 @@ out:
 
 /* Finds the agent that owns ordinal and checks handle and range. */
 static int route_transfer(struct coordinator *co, uint64_t handle, int ordinal, int64_t offset,
-                          int64_t len, struct rpc_client **client, struct status *st)
+                          int64_t len, struct rpc_client **client, int *host, struct status *st)
 {
 	int world = topology_world_size(&co->reg.topo);
 	if (ordinal < 0 || ordinal >= world)
@@ -770,8 +799,9 @@ static int route_transfer(struct coordinator *co, uint64_t handle, int ordinal, 
 	}
 	if (rv == ST_OK && !registry_ready_locked(&co->reg, &rst))
 		rv = status_set(st, rst.code, "%s", rst.message);
+	*host = ordinal / co->reg.topo.cores_per_host;
 	if (rv == ST_OK)
-		*client = co->reg.hosts[ordinal / co->reg.topo.cores_per_host].client;
+		*client = co->reg.hosts[*host].client;
 	pthread_mutex_unlock(&co->reg.lock);
 	return rv;
 }
@@ -783,12 +813,12 @@ static int h_transfer_to_device(void *state, struct arena *a, const void *reques
 	const Podemu__TransferToDeviceRequest *req = request;
 	struct rpc_client *client;
 	pthread_mutex_lock(&co->step_lock);
+	int host;
 	int rv = route_transfer(co, req->handle, req->ordinal, req->offset, (int64_t)req->data.len,
-	                        &client, st);
+	                        &client, &host, st);
 	void *ignored;
 	if (rv == ST_OK)
-		rv = rpc_call(client, &podemu__agent__descriptor, AM_TRANSFER_TO_DEVICE, req, a,
-		              &ignored, co->agent_timeout_ms, st);
+		rv = call_host(co, host, client, AM_TRANSFER_TO_DEVICE, req, a, &ignored, st);
 	pthread_mutex_unlock(&co->step_lock);
 	return rv;
 }
@@ -804,11 +834,11 @@ static int h_transfer_from_device(void *state, struct arena *a, const void *requ
 		                  (long long)req->length, RPC_TRANSFER_CHUNK_BYTES);
 	struct rpc_client *client;
 	pthread_mutex_lock(&co->step_lock);
-	int rv = route_transfer(co, req->handle, req->ordinal, req->offset, 0, &client, st);
+	int host;
+	int rv = route_transfer(co, req->handle, req->ordinal, req->offset, 0, &client, &host, st);
 	void *got = NULL;
 	if (rv == ST_OK)
-		rv = rpc_call(client, &podemu__agent__descriptor, AM_TRANSFER_FROM_DEVICE, req, a,
-		              &got, co->agent_timeout_ms, st);
+		rv = call_host(co, host, client, AM_TRANSFER_FROM_DEVICE, req, a, &got, st);
 	pthread_mutex_unlock(&co->step_lock);
 	if (rv == ST_OK)
 		*(Podemu__TransferFromDeviceReply *)reply = *(Podemu__TransferFromDeviceReply *)got;
@@ -867,8 +897,7 @@ static int h_get_memory_stats(void *state, struct arena *a, const void *request,
 			return status_set(st, ST_UNAVAILABLE, "host %d (core %d) is not alive", h,
 			                  req->ordinal);
 		void *one;
-		int rv1 = rpc_call(client, &podemu__agent__descriptor, AM_GET_MEMORY_STATS, req, a,
-		                   &one, co->agent_timeout_ms, st);
+		int rv1 = call_host(co, h, client, AM_GET_MEMORY_STATS, req, a, &one, st);
 		if (rv1 == ST_OK)
 			*rep = *(Podemu__MemoryStatsReply *)one;
 		return rv1;
@@ -876,15 +905,7 @@ static int h_get_memory_stats(void *state, struct arena *a, const void *request,
 	int rv = snapshot_hosts(co, a, &clients, NULL, st);
 	if (rv != ST_OK)
 		return rv;
-	if (req->ordinal < 0)
-		return collect_memory(co, a, clients, &rep->cores, &rep->n_cores, NULL, st);
-	void *got;
-	rv = rpc_call(clients[req->ordinal / co->reg.topo.cores_per_host],
-	              &podemu__agent__descriptor, AM_GET_MEMORY_STATS, req, a, &got,
-	              co->agent_timeout_ms, st);
-	if (rv == ST_OK)
-		*rep = *(Podemu__MemoryStatsReply *)got;
-	return rv;
+	return collect_memory(co, a, clients, &rep->cores, &rep->n_cores, NULL, st);
 }
 
 const rpc_handler coordinator_handlers[CM_COUNT] = {

@@ -142,9 +142,19 @@ static inline pid_t pod_restart(const char *name, int sig, const char *wait_for)
 	}
 	argv[argc] = NULL;
 	kill(old, sig);
-	/* Gone once /proc says so (init reaps it: podemu up detached it). */
+	/* Gone once /proc says so or shows a zombie (whoever adopted it may reap it late). */
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)old);
-	for (int i = 0; i < 500 && access(path, F_OK) == 0; i++) {
+	for (int i = 0; i < 500; i++) {
+		char stat[512] = "";
+		FILE *sf = fopen(path, "r");
+		if (sf == NULL)
+			break;
+		size_t got = fread(stat, 1, sizeof(stat) - 1, sf);
+		fclose(sf);
+		stat[got] = '\0';
+		char *paren = strrchr(stat, ')');
+		if (paren != NULL && paren[1] == ' ' && paren[2] == 'Z')
+			break;
 		struct timespec ts = {0, 10 * 1000000};
 		nanosleep(&ts, NULL);
 	}
