@@ -1,8 +1,8 @@
 #include "dataplane.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +11,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "log.h"
+#include "tls.h"
 #include "token.h"
 
 /* Chunk payload plus header; anything larger is refused by the receiving socket. */
@@ -179,7 +180,13 @@ int dp_start(struct dataplane **out, const char *url, char *bound_url, dp_delive
 	nng_listener l;
 	if (rv == 0) {
 		nng_socket_set_size(dp->sock, NNG_OPT_RECVMAXSZ, DP_RECV_MAX);
-		rv = nng_listen(dp->sock, url, &l, 0);
+		if (tls_listener_create(&l, dp->sock, url, st) != ST_OK) {
+			nng_close(dp->sock);
+			pthread_mutex_destroy(&dp->lock);
+			free(dp);
+			return st->code;
+		}
+		rv = nng_listener_start(l, 0);
 		if (rv != 0)
 			nng_close(dp->sock);
 	}
@@ -189,13 +196,7 @@ int dp_start(struct dataplane **out, const char *url, char *bound_url, dp_delive
 		return status_set(st, ST_UNAVAILABLE, "data plane cannot listen on %s: %s", url,
 		                  nng_strerror(rv));
 	}
-	int port = 0;
-	snprintf(bound_url, 256, "%s", url);
-	if (strncmp(url, "tcp://", 6) == 0 &&
-	    nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
-		const char *colon = strrchr(url, ':');
-		snprintf(bound_url, 256, "%.*s:%d", (int)(colon - url), url, port);
-	}
+	tls_bound_url(bound_url, url, l);
 	for (int i = 0; i < DP_INITIAL_WORKERS; i++)
 		dp_worker_start(dp);
 	*out = dp;
@@ -257,7 +258,14 @@ static int dp_peer_socket(struct dataplane *dp, const char *url, nng_socket *out
 			nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, 64 * 1024);
 			nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 20);
 			nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 500);
-			rv = nng_dial(p->sock, url, NULL, NNG_FLAG_NONBLOCK);
+			nng_dialer d;
+			if (tls_dialer_create(&d, p->sock, url, st) != ST_OK) {
+				nng_close(p->sock);
+				free(p);
+				pthread_mutex_unlock(&dp->lock);
+				return st->code;
+			}
+			rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
 			if (rv != 0)
 				nng_close(p->sock);
 		}

@@ -18,6 +18,7 @@
 #include "podemu.pb-c.h"
 #include "service.h"
 #include "services.h"
+#include "tls.h"
 #include "token.h"
 
 struct agent_main {
@@ -41,19 +42,23 @@ struct agent_main {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: podemu-agent [options]\n"
-	           "  --coordinator URL       coordinator address (default tcp://127.0.0.1:7460)\n"
-	           "  --listen URL            data-plane address (default tcp://127.0.0.1:0)\n"
-	           "  --control-listen URL    Agent service address (default tcp://127.0.0.1:0)\n"
-	           "  --advertise-host NAME   host name or IP that peers and the coordinator dial\n"
-	           "                          (default: the listen host, or the host name when\n"
-	           "                          listening on 0.0.0.0)\n"
-	           "  --host-index N          ask for host index N (e.g. a StatefulSet ordinal)\n"
-	           "  --backing host|none     real bytes behind each heap, or accounting only\n"
-	           "  --heartbeat-ms N        heartbeat interval (default 1000)\n"
-	           "  --token-file PATH       the pod's secret (else PODEMU_TOKEN)\n"
-	           "  --insecure              allow non-loopback addresses without a token\n"
-	           "  --verbose               log debug messages\n");
+	fprintf(f,
+	        "usage: podemu-agent [options]\n"
+	        "  --coordinator URL       coordinator address (default tcp://127.0.0.1:7460)\n"
+	        "  --listen URL            data-plane address (default tcp://127.0.0.1:0)\n"
+	        "  --control-listen URL    Agent service address (default tcp://127.0.0.1:0)\n"
+	        "  --advertise-host NAME   host name or IP that peers and the coordinator dial\n"
+	        "                          (default: the listen host, or the host name when\n"
+	        "                          listening on 0.0.0.0)\n"
+	        "  --host-index N          ask for host index N (e.g. a StatefulSet ordinal)\n"
+	        "  --backing host|none     real bytes behind each heap, or accounting only\n"
+	        "  --heartbeat-ms N        heartbeat interval (default 1000)\n"
+	        "  --token-file PATH       the pod's secret (else PODEMU_TOKEN)\n"
+	        "  --insecure              allow non-loopback addresses without a token\n"
+	        "  --tls-cert PATH --tls-key PATH --tls-ca PATH\n"
+	        "                          identity and pod CA for tls+tcp:// (mutual TLS; else\n"
+	        "                          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
+	        "  --verbose               log debug messages\n");
 }
 
 /* Replaces the host of a tcp URL for advertising: wildcard or explicitly given. */
@@ -196,6 +201,9 @@ int main(int argc, char **argv)
 	    {"heartbeat-ms", required_argument, NULL, 'B'},
 	    {"token-file", required_argument, NULL, 'k'},
 	    {"insecure", no_argument, NULL, 'I'},
+	    {"tls-cert", required_argument, NULL, 1001},
+	    {"tls-key", required_argument, NULL, 1002},
+	    {"tls-ca", required_argument, NULL, 1003},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
@@ -205,6 +213,7 @@ int main(int argc, char **argv)
 	const char *control_listen = "tcp://127.0.0.1:0", *advertise_host = NULL;
 	int heartbeat_ms = 1000, insecure = 0;
 	const char *token_file = NULL;
+	const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
 	enum log_level level = LOG_INFO;
 	m.backing = "host";
 	m.requested_index = -1;
@@ -238,6 +247,15 @@ int main(int argc, char **argv)
 		case 'I':
 			insecure = 1;
 			break;
+		case 1001:
+			tls_cert = optarg;
+			break;
+		case 1002:
+			tls_key = optarg;
+			break;
+		case 1003:
+			tls_ca = optarg;
+			break;
 		case 'B':
 			heartbeat_ms = atoi(optarg);
 			break;
@@ -261,6 +279,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_init("agent", level);
+	tls_set_files(tls_cert, tls_key, tls_ca);
 	signal(SIGPIPE, SIG_IGN);
 	/*
 	 * Chunk buffers (a few MiB, allocated and freed for every chunk) must come from reused heap

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "podemu.pb-c.h"
+#include "tls.h"
 #include "token.h"
 
 struct rpc_worker {
@@ -162,21 +163,19 @@ int rpc_server_start(struct rpc_server **out, const char *url,
 	}
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, RPC_MAX_MESSAGE_BYTES);
 	nng_listener l;
-	rv = nng_listen(s->sock, url, &l, 0);
+	if (tls_listener_create(&l, s->sock, url, st) != ST_OK) {
+		nng_close(s->sock);
+		free(s);
+		return st->code;
+	}
+	rv = nng_listener_start(l, 0);
 	if (rv != 0) {
 		nng_close(s->sock);
 		free(s);
 		return status_from_nng(st, rv, "cannot listen on", url);
 	}
-	if (bound_url != NULL) {
-		int port = 0;
-		snprintf(bound_url, 256, "%s", url);
-		if (strncmp(url, "tcp://", 6) == 0 &&
-		    nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
-			const char *colon = strrchr(url, ':');
-			snprintf(bound_url, 256, "%.*s:%d", (int)(colon - url), url, port);
-		}
-	}
+	if (bound_url != NULL)
+		tls_bound_url(bound_url, url, l);
 	s->workers = calloc((size_t)workers, sizeof(*s->workers));
 	if (s->workers == NULL) {
 		nng_close(s->sock);
@@ -234,7 +233,13 @@ int rpc_client_open(struct rpc_client **out, const char *url, bool wait, struct 
 	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
-	rv = nng_dial(c->sock, url, NULL, wait ? NNG_FLAG_NONBLOCK : 0);
+	nng_dialer d;
+	if (tls_dialer_create(&d, c->sock, url, st) != ST_OK) {
+		nng_close(c->sock);
+		free(c);
+		return st->code;
+	}
+	rv = nng_dialer_start(d, wait ? NNG_FLAG_NONBLOCK : 0);
 	if (rv != 0) {
 		nng_close(c->sock);
 		free(c);

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "podemu.pb-c.h"
 #include "service.h"
+#include "tls.h"
 #include "token.h"
 #include "topology.h"
 
@@ -37,6 +38,9 @@ static void usage(FILE *f)
 	    "  --token-file PATH          the pod's secret (else PODEMU_TOKEN); agents and\n"
 	    "                             clients without it are refused\n"
 	    "  --insecure                 allow a non-loopback address without a token\n"
+	    "  --tls-cert PATH --tls-key PATH --tls-ca PATH\n"
+	    "                             identity and pod CA for tls+tcp:// (mutual TLS; else\n"
+	    "                             PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
 	    "  --verbose                  log debug messages\n");
 }
 
@@ -90,6 +94,9 @@ int main(int argc, char **argv)
 	    {"window", required_argument, NULL, 'W'},
 	    {"token-file", required_argument, NULL, 'k'},
 	    {"insecure", no_argument, NULL, 'I'},
+	    {"tls-cert", required_argument, NULL, 1001},
+	    {"tls-key", required_argument, NULL, 1002},
+	    {"tls-ca", required_argument, NULL, 1003},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
@@ -99,6 +106,7 @@ int main(int argc, char **argv)
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
 	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
 	const char *token_file = NULL;
+	const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
 	int insecure = 0;
 	enum log_level level = LOG_INFO;
 	int c;
@@ -140,6 +148,15 @@ int main(int argc, char **argv)
 		case 'I':
 			insecure = 1;
 			break;
+		case 1001:
+			tls_cert = optarg;
+			break;
+		case 1002:
+			tls_key = optarg;
+			break;
+		case 1003:
+			tls_ca = optarg;
+			break;
 		case 'W':
 			window = atoi(optarg);
 			break;
@@ -155,6 +172,7 @@ int main(int argc, char **argv)
 		}
 	}
 	log_init("coordinator", level);
+	tls_set_files(tls_cert, tls_key, tls_ca);
 	signal(SIGPIPE, SIG_IGN);
 
 	struct status st;

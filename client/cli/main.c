@@ -28,6 +28,8 @@ static void usage(FILE *f)
 	    "          --topology NAME | --hosts H --cores-per-host C --hbm SIZE\n"
 	    "          --backing host|none  --port N (0: any free port)  --timeout-ms N\n"
 	    "          --chunk-bytes SIZE  --collective-timeout-ms N  --heartbeat-timeout-ms N\n"
+	    "          --tls (mutual TLS on every socket; certificate, key and pod CA from\n"
+	    "          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
 	    "  down    stop every process of the pod\n"
 	    "  status  show hosts and per-core memory  [--json]\n"
 	    "  demo    the seed scenario (pytorch/xla 3510): fill N ones per core, mark_step,\n"
@@ -57,6 +59,7 @@ enum {
 	OPT_CHUNK,
 	OPT_COLL_TIMEOUT,
 	OPT_LEASE,
+	OPT_TLS,
 	OPT_HELP,
 	OPT_OP,
 	OPT_MIN_BYTES,
@@ -96,6 +99,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"chunk-bytes", required_argument, NULL, OPT_CHUNK},
 	    {"collective-timeout-ms", required_argument, NULL, OPT_COLL_TIMEOUT},
 	    {"heartbeat-timeout-ms", required_argument, NULL, OPT_LEASE},
+	    {"tls", no_argument, NULL, OPT_TLS},
 	    {"help", no_argument, NULL, OPT_HELP},
 	    {"op", required_argument, NULL, OPT_OP},
 	    {"min-bytes", required_argument, NULL, OPT_MIN_BYTES},
@@ -164,6 +168,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_LEASE:
 			o->up.heartbeat_timeout_ms = optarg;
+			break;
+		case OPT_TLS:
+			o->up.tls = 1;
 			break;
 		case OPT_OP:
 			o->bench.ops = optarg;

@@ -20,6 +20,7 @@
 #include "services.h"
 #include "statedir.h"
 #include "status.h"
+#include "tls.h"
 #include "token.h"
 #include "topology.h"
 
@@ -276,8 +277,17 @@ static int start_agent(struct pod_files *pf, int h, const char *url, const char 
 		return 0;
 	snprintf(exe, sizeof(exe), "%s/podemu-agent", pf->exe_dir);
 	snprintf(index, sizeof(index), "%d", h);
-	char *argv[] = {exe,         "--coordinator", (char *)url,    "--host-index", index,
-	                "--backing", (char *)backing, "--token-file", pf->token_file, NULL};
+	char *argv[16] = {exe,         "--coordinator", (char *)url,    "--host-index", index,
+	                  "--backing", (char *)backing, "--token-file", pf->token_file};
+	if (tls_url(url)) {
+		/* Over TLS like the coordinator; the identity comes from PODEMU_TLS_*. */
+		int argc = 9;
+		argv[argc++] = "--listen";
+		argv[argc++] = "tls+tcp://127.0.0.1:0";
+		argv[argc++] = "--control-listen";
+		argv[argc++] = "tls+tcp://127.0.0.1:0";
+		argv[argc] = NULL;
+	}
 	snprintf(log, sizeof(log), "%s/agent-%d.log", pf->dir, h);
 	pid_t pid = spawn(argv, log);
 	if (pid < 0 || write_pid(path, pid) != 0) {
@@ -420,7 +430,8 @@ int pod_up(const struct up_options *o)
 		if (resume)
 			snprintf(listen, sizeof(listen), "%s", url); /* where the agents redial */
 		else
-			snprintf(listen, sizeof(listen), "tcp://127.0.0.1:%d", o->port);
+			snprintf(listen, sizeof(listen), "%s://127.0.0.1:%d",
+			         o->tls ? "tls+tcp" : "tcp", o->port);
 		if (start_coordinator(o, &topo, &pf, listen, deadline, url, sizeof(url)) != 0) {
 			if (!resume)
 				pod_down(o->state_dir);

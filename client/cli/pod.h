@@ -16,6 +16,7 @@ struct up_options {
 	const char *chunk_bytes;
 	const char *collective_timeout_ms;
 	const char *heartbeat_timeout_ms;
+	int tls; /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
 };
 
 /* Starts coordinator and agents, waits until the pod is ready; returns a process exit code. */
