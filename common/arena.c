@@ -72,7 +72,7 @@ static void *arena_alloc_locked(struct arena *a, size_t size)
 			return NULL;
 		nb->used = 0;
 		nb->size = want;
-		if (want > ARENA_BLOCK / 2 && b != NULL) {
+		if (rounded > ARENA_BLOCK / 2 && b != NULL) {
 			/* A large block goes behind the current one so its space keeps serving. */
 			nb->next = b->next;
 			b->next = nb;

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <malloc.h>
 
+#include "arena.h"
 #include "dtype.h"
 #include "status.h"
 #include "topology.h"
@@ -105,6 +107,26 @@ static void test_shapes(void **state)
 	assert_int_equal(dtype_parse("f64"), DT_INVALID);
 }
 
+/* 100,000 small allocations fill 64 KiB blocks one after another: about 2 MiB of heap. */
+static void test_arena_packs_small_allocations(void **state)
+{
+	struct mallinfo2 before = mallinfo2();
+	struct arena *a = arena_new();
+	assert_non_null(a);
+	for (int i = 0; i < 100000; i++) {
+		char *p = arena_alloc(a, 16);
+		assert_non_null(p);
+		p[15] = 1;
+		if (i % 1000 == 0)
+			assert_non_null(
+			    arena_alloc(a, 100000)); /* large ones get blocks of their own */
+	}
+	struct mallinfo2 after = mallinfo2();
+	size_t grown = (after.uordblks + after.hblkhd) - (before.uordblks + before.hblkhd);
+	assert_true(grown < 2 * 1024 * 1024 + 100 * 100016 + (1 << 20));
+	arena_free(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -113,6 +135,7 @@ int main(void)
 	    cmocka_unit_test(test_presets),
 	    cmocka_unit_test(test_parse_size),
 	    cmocka_unit_test(test_shapes),
+	    cmocka_unit_test(test_arena_packs_small_allocations),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
