@@ -8,6 +8,7 @@
 
 #include "arena.h"
 #include "bench.h"
+#include "compile.h"
 #include "pod.h"
 #include "podemu.pb-c.h"
 #include "podemu/podemu.h"
@@ -40,6 +41,11 @@ static void usage(FILE *f)
 	    "          --min-bytes SIZE --max-bytes SIZE --factor 2|4 --iters N --warmup N\n"
 	    "          --groups '{{0,1},{2,3}}' | --mesh data=4,model=2 --axis model\n"
 	    "          --dtype f32 --check --json\n"
+	    "  compile FILE.hlo  the memory plan of an HLO module per core: peak, arguments,\n"
+	    "          outputs, temporaries, padding, bytes sent, the live set at the peak, or\n"
+	    "          XLA's out-of-memory report; offline with --topology NAME (or --hosts,\n"
+	    "          --cores-per-host, --hbm), else for the running pod\n"
+	    "          [--json] [--layout tpu|none] [--chunk-bytes SIZE]\n"
 	    "\n"
 	    "every command takes --state-dir DIR (default $PODEMU_STATE_DIR, else a folder\n"
 	    "under $XDG_RUNTIME_DIR or /tmp)\n");
@@ -72,6 +78,7 @@ enum {
 	OPT_MESH,
 	OPT_AXIS,
 	OPT_CHECK,
+	OPT_LAYOUT,
 };
 
 struct cli {
@@ -81,6 +88,9 @@ struct cli {
 	int json;
 	long long elements;
 	struct bench_options bench;
+	const char *file;   /* compile's HLO file */
+	int topology_given; /* --topology, --hosts, --cores-per-host or --hbm */
+	const char *layout;
 };
 
 static int parse(struct cli *o, int argc, char **argv)
@@ -112,6 +122,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"mesh", required_argument, NULL, OPT_MESH},
 	    {"axis", required_argument, NULL, OPT_AXIS},
 	    {"check", no_argument, NULL, OPT_CHECK},
+	    {"layout", required_argument, NULL, OPT_LAYOUT},
 	    {0, 0, 0, 0},
 	};
 	int c;
@@ -214,6 +225,9 @@ static int parse(struct cli *o, int argc, char **argv)
 		case OPT_CHECK:
 			o->bench.check = 1;
 			break;
+		case OPT_LAYOUT:
+			o->layout = optarg;
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			exit(0);
@@ -222,10 +236,14 @@ static int parse(struct cli *o, int argc, char **argv)
 			return -1;
 		}
 	}
+	if (optind < argc && strcmp(argv[0], "compile") == 0)
+		o->file = argv[optind++];
 	if (optind != argc) {
 		fprintf(stderr, "podemu: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
+	o->topology_given =
+	    o->up.topology != NULL || o->up.hosts || o->up.cores_per_host || o->up.hbm;
 	state_dir_resolve(o->state_dir, sizeof(o->state_dir), o->state_dir_arg);
 	o->up.state_dir = o->state_dir;
 	if (o->up.topology == NULL && !o->up.hosts && !o->up.cores_per_host && !o->up.hbm)
@@ -456,6 +474,68 @@ static int cmd_bench(struct cli *o)
 	return rc;
 }
 
+/* The topology to plan for: the one given, else the running pod's. */
+static int compile_topology(const struct cli *o, struct topology *topo)
+{
+	struct status st;
+	if (o->topology_given) {
+		int64_t hbm = 16LL << 30;
+		int rv = ST_OK;
+		if (o->up.topology != NULL)
+			rv = topology_from_preset(topo, o->up.topology, &st);
+		else if (o->up.hbm == NULL || (rv = parse_size(&hbm, o->up.hbm, &st)) == ST_OK)
+			rv = topology_custom(topo, o->up.hosts ? o->up.hosts : 1,
+			                     o->up.cores_per_host ? o->up.cores_per_host : 8, hbm,
+			                     &st);
+		if (rv != ST_OK)
+			fprintf(stderr, "podemu compile: %s\n", st.message);
+		return rv;
+	}
+	pe_client *c;
+	if (pe_connect(&c, NULL) != PE_OK) {
+		fprintf(
+		    stderr,
+		    "podemu compile: give --topology NAME to plan offline, or start a pod: %s\n",
+		    pe_connect_error());
+		return ST_UNAVAILABLE;
+	}
+	pe_memory_info m;
+	int rv = topology_from_preset(topo, pe_topology(c), &st);
+	if (rv != ST_OK && pe_memory_info_get(c, 0, &m) == PE_OK)
+		rv = topology_custom(topo, pe_num_hosts(c), pe_world_size(c) / pe_num_hosts(c),
+		                     m.bytes_limit, &st);
+	if (rv != ST_OK)
+		fprintf(stderr, "podemu compile: the running pod's topology: %s\n", st.message);
+	pe_disconnect(c);
+	return rv;
+}
+
+static int cmd_compile_file(const struct cli *o)
+{
+	if (o->file == NULL) {
+		fprintf(stderr, "podemu compile: which HLO file? (podemu compile FILE.hlo)\n");
+		return 2;
+	}
+	if (o->layout != NULL && strcmp(o->layout, "tpu") != 0 && strcmp(o->layout, "none") != 0) {
+		fprintf(stderr, "podemu compile: --layout must be tpu or none\n");
+		return 2;
+	}
+	int64_t chunk = 0;
+	struct status st;
+	if (o->up.chunk_bytes != NULL && parse_size(&chunk, o->up.chunk_bytes, &st) != ST_OK) {
+		fprintf(stderr, "podemu compile: --chunk-bytes: %s\n", st.message);
+		return 2;
+	}
+	struct topology topo;
+	if (compile_topology(o, &topo) != ST_OK)
+		return 2;
+	struct compile_options co = {.file = o->file,
+	                             .json = o->json,
+	                             .tiled = o->layout == NULL || strcmp(o->layout, "tpu") == 0,
+	                             .chunk_bytes = chunk};
+	return cmd_compile(&co, &topo);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
@@ -489,6 +569,8 @@ int main(int argc, char **argv)
 		return cmd_demo(&o);
 	if (strcmp(cmd, "bench") == 0)
 		return cmd_bench(&o);
+	if (strcmp(cmd, "compile") == 0)
+		return cmd_compile_file(&o);
 	fprintf(stderr, "podemu: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return 2;

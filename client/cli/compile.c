@@ -1,0 +1,87 @@
+#include "compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "arena.h"
+#include "hlo.h"
+#include "memplan.h"
+
+/* HLO text larger than this is refused (a 10,000-instruction module is about 1 MiB). */
+#define MAX_HLO_BYTES (256 << 20)
+
+static char *read_all(const char *path, size_t *len, struct status *st)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL) {
+		status_set(st, ST_NOT_FOUND, "cannot open %s", path);
+		return NULL;
+	}
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+	while (buf != NULL) {
+		n += fread(buf + n, 1, cap - n, f);
+		if (n < cap)
+			break;
+		if (cap >= MAX_HLO_BYTES) {
+			status_set(st, ST_INVALID_ARGUMENT, "%s is larger than %d MiB", path,
+			           MAX_HLO_BYTES >> 20);
+			free(buf);
+			buf = NULL;
+			break;
+		}
+		char *more = realloc(buf, cap * 2);
+		if (more == NULL) {
+			free(buf);
+			buf = NULL;
+		}
+		buf = more;
+		cap *= 2;
+	}
+	if (buf == NULL && st->code == ST_OK)
+		status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory reading %s", path);
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+int cmd_compile(const struct compile_options *o, const struct topology *topo)
+{
+	struct status st;
+	status_clear(&st);
+	size_t len = 0;
+	char *text = read_all(o->file, &len, &st);
+	struct arena *a = arena_new();
+	struct hlo_module m;
+	struct memplan plan;
+	int rv = text == NULL ? st.code : a == NULL ? ST_RESOURCE_EXHAUSTED : ST_OK;
+	if (rv == ST_OK && (rv = hlo_parse(text, len, a, &m, &st)) != ST_OK)
+		status_set(&st, rv, "%s: %s", o->file, st.message);
+	struct memplan_options mo = {.tiled = o->tiled, .chunk_bytes = o->chunk_bytes};
+	if (rv == ST_OK && (rv = memplan_build(&plan, &m, topo, &mo, a, &st)) != ST_OK)
+		status_set(&st, rv, "%s: %s", o->file, st.message);
+	int code = rv == ST_OK ? (plan.fits ? 0 : 1) : 2;
+	if (o->json) {
+		struct status oom;
+		const struct status *error = rv != ST_OK ? &st : NULL;
+		if (rv == ST_OK && !plan.fits) {
+			char used[32], cap[32], over[32];
+			status_set(
+			    &oom, ST_RESOURCE_EXHAUSTED,
+			    "Ran out of memory in memory space hbm. Used %s of %s hbm. Exceeded "
+			    "hbm capacity by %s.",
+			    status_human_bytes(used, plan.peak_bytes),
+			    status_human_bytes(cap, plan.capacity),
+			    status_human_bytes(over, plan.peak_bytes - plan.capacity));
+			error = &oom;
+		}
+		memplan_print_json(stdout, rv == ST_OK ? &plan : NULL, error);
+	} else if (rv != ST_OK) {
+		fprintf(stderr, "podemu compile: %s: %s\n", status_code_name(rv), st.message);
+	} else {
+		memplan_print_text(plan.fits ? stdout : stderr, &plan, topo);
+	}
+	arena_free(a);
+	free(text);
+	return code;
+}

@@ -1,0 +1,126 @@
+/*
+ * XLA's HLO text, read into a module of computations and instructions. The reader keeps what
+ * memory planning and the collectives need (shapes with their layouts, operands, the attributes
+ * podemu understands) and skips the rest (metadata, unknown attributes). Instructions are read
+ * in program order: an operand must be defined before its use. Every error names the line and
+ * column. Everything is allocated from one arena.
+ */
+#ifndef PODEMU_HLO_H
+#define PODEMU_HLO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "status.h"
+
+#define HLO_MAX_RANK 8
+#define HLO_MAX_INSTRUCTIONS (1 << 20)
+
+/* Element types of HLO (PrimitiveType), with their sizes in bits. */
+enum hlo_type {
+	HT_INVALID = 0,
+	HT_PRED,
+	HT_S4,
+	HT_S8,
+	HT_S16,
+	HT_S32,
+	HT_S64,
+	HT_U4,
+	HT_U8,
+	HT_U16,
+	HT_U32,
+	HT_U64,
+	HT_F16,
+	HT_BF16,
+	HT_F32,
+	HT_F64,
+	HT_C64,
+	HT_C128,
+	HT_F8E5M2,
+	HT_F8E4M3FN,
+	HT_TOKEN,
+	HT_TUPLE,
+	HT_COUNT
+};
+
+const char *hlo_type_name(enum hlo_type t);
+/* Bits per element (pred is stored in 8); 0 for token and tuple. */
+int hlo_type_bits(enum hlo_type t);
+
+/* An array shape (or a tuple of shapes), with the layout as written when given. */
+struct hlo_shape {
+	enum hlo_type type;
+	int rank;
+	int64_t dims[HLO_MAX_RANK];
+	bool has_layout;
+	int minor_to_major[HLO_MAX_RANK];
+	int n_tuple;
+	struct hlo_shape *tuple; /* [n_tuple] when type == HT_TUPLE */
+};
+
+/* Elements and unpadded bytes of an array shape (0 for tuples and tokens). */
+int64_t hlo_shape_elements(const struct hlo_shape *s);
+int64_t hlo_shape_bytes(const struct hlo_shape *s);
+/* XLA's text form without layout ("f32[1024,128]", "(f32[2], s32[])"); returns buf. */
+char *hlo_shape_format(char *buf, size_t len, const struct hlo_shape *s);
+
+struct hlo_computation;
+
+struct hlo_instruction {
+	const char *name;
+	const char *opcode; /* as written: "add", "all-gather", "custom-call" */
+	struct hlo_shape shape;
+	int n_operands;
+	struct hlo_instruction **operands;
+	bool is_root;
+	int line, column; /* where the instruction starts */
+	int index;        /* position in its computation */
+
+	/* Attributes podemu uses (absent: has_* false, counts 0, pointers NULL). */
+	int64_t parameter_number; /* parameter(N); -1 otherwise */
+	int n_dimensions;
+	int64_t *dimensions; /* dimensions={...} */
+	bool has_index;
+	int64_t tuple_index;        /* get-tuple-element index=N */
+	const char *replica_groups; /* text as written: "{{0,1},{2,3}}" or "[2,4]<=[8]" */
+	const char *source_target_pairs;
+	bool has_channel_id;
+	int64_t channel_id;
+	bool use_global_device_ids;
+	const char *to_apply_name;
+	struct hlo_computation *to_apply;
+	const char *slice;   /* slice={[a:b:c], ...} as written */
+	const char *padding; /* padding=0_0x1_2 as written */
+	const char *literal; /* constant(...) contents */
+};
+
+struct hlo_computation {
+	const char *name;
+	bool is_entry;
+	int n_instructions;
+	struct hlo_instruction **instructions; /* in program order */
+	struct hlo_instruction *root;
+	int n_parameters;
+	struct hlo_instruction **parameters; /* by parameter number */
+};
+
+struct hlo_module {
+	const char *name;
+	int n_computations;
+	struct hlo_computation **computations;
+	struct hlo_computation *entry;
+};
+
+/*
+ * Parses HLO text (len bytes, need not be NUL-terminated) into *out, allocated from a. On error
+ * INVALID_ARGUMENT with "line L, column C: ..." and nothing usable in *out.
+ */
+int hlo_parse(const char *text, size_t len, struct arena *a, struct hlo_module *out,
+              struct status *st);
+
+/* The computation of that name (with or without '%'), or NULL. */
+struct hlo_computation *hlo_find_computation(const struct hlo_module *m, const char *name);
+
+#endif

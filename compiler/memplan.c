@@ -1,0 +1,467 @@
+#include "memplan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective.h"
+
+#define DEFAULT_CHUNK_BYTES (4 << 20)
+#define TILE_MINOR 128
+#define TILE_1D 1024
+/* Saturation for padded sizes (far beyond any HBM; keeps sums from overflowing). */
+#define BYTES_CAP (INT64_MAX / 1024)
+
+static int64_t round_up(int64_t v, int64_t m)
+{
+	return v % m == 0 ? v : v + (m - v % m);
+}
+
+static int64_t mul_cap(int64_t a, int64_t b)
+{
+	int64_t r;
+	if (__builtin_mul_overflow(a, b, &r) || r > BYTES_CAP)
+		return BYTES_CAP;
+	return r;
+}
+
+int64_t layout_bytes(const struct hlo_shape *s, bool tiled)
+{
+	if (s->type == HT_TUPLE) {
+		int64_t sum = 0;
+		for (int i = 0; i < s->n_tuple; i++) {
+			sum += layout_bytes(&s->tuple[i], tiled);
+			if (sum > BYTES_CAP)
+				return BYTES_CAP;
+		}
+		return sum;
+	}
+	int bits = hlo_type_bits(s->type);
+	if (!tiled || s->rank == 0 || bits == 0)
+		return hlo_shape_bytes(s);
+	int64_t dims[HLO_MAX_RANK];
+	memcpy(dims, s->dims, sizeof(dims));
+	for (int i = 0; i < s->rank; i++)
+		if (dims[i] == 0)
+			return 0;
+	if (s->rank == 1) {
+		dims[0] = round_up(dims[0], TILE_1D);
+	} else {
+		/* The minor two dimensions in layout order; row-major when no layout is written. */
+		int minor = s->has_layout ? s->minor_to_major[0] : s->rank - 1;
+		int second = s->has_layout ? s->minor_to_major[1] : s->rank - 2;
+		/* 8 rows of 32-bit words; narrower types are packed into the words. */
+		int64_t rows = bits >= 32 ? 8 : 8 * (32 / bits);
+		dims[minor] = round_up(dims[minor], TILE_MINOR);
+		dims[second] = round_up(dims[second], rows);
+	}
+	int64_t elements = 1;
+	for (int i = 0; i < s->rank; i++)
+		elements = mul_cap(elements, dims[i]);
+	return mul_cap(elements, bits) / 8 + (mul_cap(elements, bits) % 8 != 0);
+}
+
+/* ---- buffer analysis ---- */
+
+struct refs {
+	int n;
+	int *ids; /* buffers this instruction's value is made of */
+};
+
+struct builder {
+	struct memplan *p;
+	struct arena *a;
+	const struct memplan_options *o;
+	int cap;
+};
+
+static int new_buffer(struct builder *b, const struct hlo_instruction *def,
+                      const struct hlo_shape *s, enum buffer_kind kind, int at)
+{
+	if (b->p->n_buffers == b->cap) {
+		int cap = b->cap ? b->cap * 2 : 256;
+		struct plan_buffer *list = arena_calloc(b->a, (size_t)cap, sizeof(*list));
+		if (list == NULL)
+			return -1;
+		if (b->p->n_buffers > 0)
+			memcpy(list, b->p->buffers, (size_t)b->p->n_buffers * sizeof(*list));
+		b->p->buffers = list;
+		b->cap = cap;
+	}
+	struct plan_buffer *buf = &b->p->buffers[b->p->n_buffers];
+	buf->def = def;
+	buf->kind = kind;
+	buf->bytes = layout_bytes(s, b->o->tiled);
+	buf->unpadded_bytes = layout_bytes(s, false);
+	buf->first = at;
+	buf->last = at;
+	return b->p->n_buffers++;
+}
+
+/* One buffer per element of a tuple shape (so get-tuple-element can name one), else one. */
+static int define(struct builder *b, const struct hlo_instruction *in, enum buffer_kind kind,
+                  int at, struct refs *out)
+{
+	int n = in->shape.type == HT_TUPLE ? in->shape.n_tuple : 1;
+	out->ids = arena_calloc(b->a, (size_t)n + 1, sizeof(int));
+	if (out->ids == NULL)
+		return -1;
+	out->n = n;
+	for (int k = 0; k < n; k++) {
+		const struct hlo_shape *s =
+		    in->shape.type == HT_TUPLE ? &in->shape.tuple[k] : &in->shape;
+		if ((out->ids[k] = new_buffer(b, in, s, kind, at)) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static bool is(const struct hlo_instruction *in, const char *op)
+{
+	return strcmp(in->opcode, op) == 0;
+}
+
+static bool is_any(const struct hlo_instruction *in, const char *const *ops)
+{
+	for (; *ops != NULL; ops++)
+		if (is(in, *ops))
+			return true;
+	return false;
+}
+
+/* The last replica_groups text read and its group size: modules repeat the same groups. */
+struct group_cache {
+	const char *text;
+	int size;
+};
+
+/* Group size of a collective: the first group of its replica_groups, or every core. */
+static int group_size(const struct hlo_instruction *in, int world, struct group_cache *cache,
+                      struct status *st)
+{
+	const char *text = in->replica_groups;
+	if (text == NULL || strcmp(text, "{}") == 0 || strcmp(text, "{{}}") == 0)
+		return world;
+	if (cache->text != NULL && strcmp(cache->text, text) == 0)
+		return cache->size;
+	int64_t *ids;
+	int *sizes, n;
+	if (coll_groups_parse(text, &ids, &sizes, &n, st) != ST_OK) {
+		status_set(st, ST_INVALID_ARGUMENT, "line %d: %s: replica_groups=%s: %s", in->line,
+		           in->name, text, st->message);
+		return -1;
+	}
+	int size = n > 0 ? sizes[0] : world;
+	free(ids);
+	free(sizes);
+	*cache = (struct group_cache){text, size};
+	return size;
+}
+
+static int64_t value_bytes(const struct hlo_shape *s)
+{
+	return layout_bytes(s, false);
+}
+
+/* What one core sends in a collective, nccl-tests' way of counting. */
+static int64_t sent_by(const struct hlo_instruction *in, int n)
+{
+	if (n <= 1)
+		return 0;
+	int64_t out = value_bytes(&in->shape);
+	int64_t operand = in->n_operands > 0 ? value_bytes(&in->operands[0]->shape) : 0;
+	if (is(in, "all-gather") || is(in, "all-gather-start") || is(in, "all-to-all"))
+		return out / n * (n - 1);
+	if (is(in, "all-reduce") || is(in, "all-reduce-start"))
+		return out / n * 2 * (n - 1);
+	if (is(in, "reduce-scatter"))
+		return operand / n * (n - 1);
+	if (is(in, "collective-permute") || is(in, "collective-permute-start"))
+		return operand;
+	return 0;
+}
+
+static int by_size(const void *x, const void *y, void *arg)
+{
+	const struct plan_buffer *buffers = arg;
+	int64_t a = buffers[*(const int *)x].bytes, b = buffers[*(const int *)y].bytes;
+	return a < b ? 1 : a > b ? -1 : *(const int *)x - *(const int *)y;
+}
+
+int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
+                  const struct memplan_options *o, struct arena *a, struct status *st)
+{
+	memset(out, 0, sizeof(*out));
+	const struct hlo_computation *c = m->entry;
+	int n = c->n_instructions;
+	out->world_size = topology_world_size(topo);
+	out->capacity = topology_bytes_limit(topo);
+	struct memplan_options opts = *o;
+	if (opts.chunk_bytes <= 0)
+		opts.chunk_bytes = DEFAULT_CHUNK_BYTES;
+	struct builder b = {out, a, &opts, 0};
+	struct group_cache groups = {NULL, 0};
+	struct refs *refs = arena_calloc(a, (size_t)n, sizeof(*refs));
+	int64_t *scratch = arena_calloc(a, (size_t)n, sizeof(int64_t));
+	if (refs == NULL || scratch == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	static const char *const aliasing[] = {"bitcast", "opt-barrier", "optimization-barrier",
+	                                       "tuple", NULL};
+	static const char *const reducing[] = {"all-reduce", "all-reduce-start", "reduce-scatter",
+	                                       NULL};
+	static const char *const collectives[] = {
+	    "all-gather",         "all-gather-start",         "all-reduce",
+	    "all-reduce-start",   "reduce-scatter",           "all-to-all",
+	    "collective-permute", "collective-permute-start", NULL};
+	for (int i = 0; i < n; i++) {
+		const struct hlo_instruction *in = c->instructions[i];
+		struct refs *r = &refs[i];
+		if (in->parameter_number >= 0) {
+			if (define(&b, in, BUF_ARGUMENT, 0, r) != 0)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		} else if (is_any(in, aliasing)) {
+			/* No memory of its own: the operands' buffers, concatenated. */
+			int total = 0;
+			for (int j = 0; j < in->n_operands; j++)
+				total += refs[in->operands[j]->index].n;
+			r->ids = arena_calloc(a, (size_t)total + 1, sizeof(int));
+			if (r->ids == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			for (int j = 0; j < in->n_operands; j++) {
+				const struct refs *from = &refs[in->operands[j]->index];
+				if (from->n > 0)
+					memcpy(r->ids + r->n, from->ids,
+					       (size_t)from->n * sizeof(int));
+				r->n += from->n;
+			}
+		} else if (is(in, "get-tuple-element")) {
+			if (in->n_operands != 1 || !in->has_index)
+				return status_set(
+				    st, ST_INVALID_ARGUMENT,
+				    "line %d: %s: get-tuple-element needs one operand and "
+				    "index=N",
+				    in->line, in->name);
+			const struct hlo_instruction *t = in->operands[0];
+			const struct refs *from = &refs[t->index];
+			if (t->shape.type != HT_TUPLE || in->tuple_index >= t->shape.n_tuple)
+				return status_set(st, ST_INVALID_ARGUMENT,
+				                  "line %d: %s: index %lld is out of range for %s",
+				                  in->line, in->name, (long long)in->tuple_index,
+				                  t->name);
+			*r = *from;
+			if (from->n == t->shape.n_tuple) {
+				r->ids = from->ids + in->tuple_index;
+				r->n = 1;
+			}
+		} else {
+			if (define(&b, in, BUF_TEMP, i, r) != 0)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		}
+		/* Operands stay live up to their last use. */
+		for (int j = 0; j < in->n_operands; j++) {
+			const struct refs *from = &refs[in->operands[j]->index];
+			for (int k = 0; k < from->n; k++)
+				if (out->buffers[from->ids[k]].last < i)
+					out->buffers[from->ids[k]].last = i;
+		}
+		if (is_any(in, collectives)) {
+			int size = group_size(in, out->world_size, &groups, st);
+			if (size < 0)
+				return ST_INVALID_ARGUMENT;
+			out->sent_bytes += sent_by(in, size);
+			if (is_any(in, reducing) && in->n_operands > 0) {
+				int64_t bytes = value_bytes(&in->operands[0]->shape);
+				scratch[i] = bytes < opts.chunk_bytes ? bytes : opts.chunk_bytes;
+			}
+		}
+	}
+	/* Arguments live throughout; what the root names is an output, live to the end. */
+	for (int k = 0; k < out->n_buffers; k++)
+		if (out->buffers[k].kind == BUF_ARGUMENT)
+			out->buffers[k].last = n - 1;
+	const struct refs *root = &refs[c->root->index];
+	for (int k = 0; k < root->n; k++) {
+		struct plan_buffer *buf = &out->buffers[root->ids[k]];
+		if (buf->kind == BUF_ARGUMENT) {
+			out->alias_bytes += buf->bytes; /* an output that is an argument */
+		} else {
+			buf->kind = BUF_OUTPUT;
+			buf->last = n - 1;
+		}
+	}
+	for (int k = 0; k < out->n_buffers; k++) {
+		const struct plan_buffer *buf = &out->buffers[k];
+		int64_t *sum = buf->kind == BUF_ARGUMENT ? &out->argument_bytes
+		               : buf->kind == BUF_OUTPUT ? &out->output_bytes
+		                                         : &out->temp_bytes;
+		*sum += buf->bytes;
+	}
+	/* Live bytes at each instruction: +bytes at first, -bytes after last. */
+	int64_t *delta = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	if (delta == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; k < out->n_buffers; k++) {
+		delta[out->buffers[k].first] += out->buffers[k].bytes;
+		delta[out->buffers[k].last + 1] -= out->buffers[k].bytes;
+	}
+	int64_t live = 0;
+	out->peak_bytes = -1;
+	for (int i = 0; i < n; i++) {
+		live += delta[i];
+		if (live + scratch[i] > out->peak_bytes) {
+			out->peak_bytes = live + scratch[i];
+			out->peak_at = i;
+			out->peak_scratch = scratch[i];
+		}
+	}
+	out->peak_name = c->instructions[out->peak_at]->name;
+	out->peak_live = arena_calloc(a, (size_t)out->n_buffers + 1, sizeof(int));
+	if (out->peak_live == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; k < out->n_buffers; k++) {
+		const struct plan_buffer *buf = &out->buffers[k];
+		if (buf->first <= out->peak_at && out->peak_at <= buf->last && buf->bytes > 0) {
+			out->peak_live[out->n_peak_live++] = k;
+			out->padding_bytes += buf->bytes - buf->unpadded_bytes;
+		}
+	}
+	qsort_r(out->peak_live, (size_t)out->n_peak_live, sizeof(int), by_size, out->buffers);
+	out->fits = out->peak_bytes <= out->capacity;
+	return ST_OK;
+}
+
+/* ---- reports ---- */
+
+static const char *kind_name(enum buffer_kind k)
+{
+	return k == BUF_ARGUMENT ? "argument" : k == BUF_OUTPUT ? "output" : "temp";
+}
+
+static const char *xla_kind(enum buffer_kind k)
+{
+	return k == BUF_ARGUMENT ? "HLO argument" : k == BUF_OUTPUT ? "HLO output" : "HLO temp";
+}
+
+static void print_largest(FILE *f, const struct memplan *p, int max)
+{
+	char size[32], unpadded[32], extra[32], shape[512];
+	for (int k = 0; k < p->n_peak_live && k < max; k++) {
+		const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
+		fprintf(f,
+		        "  %d. Size: %s\n"
+		        "     Operator: op_type=\"%s\"\n"
+		        "     Shape: %s\n"
+		        "     Unpadded size: %s\n",
+		        k + 1, status_human_bytes(size, b->bytes), b->def->opcode,
+		        hlo_shape_format(shape, sizeof(shape), &b->def->shape),
+		        status_human_bytes(unpadded, b->unpadded_bytes));
+		if (b->bytes > b->unpadded_bytes)
+			fprintf(f, "     Extra memory due to padding: %s (%.1fx expansion)\n",
+			        status_human_bytes(extra, b->bytes - b->unpadded_bytes),
+			        b->unpadded_bytes > 0 ? (double)b->bytes / (double)b->unpadded_bytes
+			                              : 0.0);
+		fprintf(f,
+		        "     XLA label: %s = %s(...)\n"
+		        "     Allocation type: %s\n"
+		        "     ==========================\n\n",
+		        b->def->name, b->def->opcode, xla_kind(b->kind));
+	}
+}
+
+void memplan_print_oom(FILE *f, const struct memplan *p, const struct topology *topo)
+{
+	char used[32], cap[32], over[32], res[32], args[32], outs[32], temps[32];
+	fprintf(
+	    f,
+	    "Ran out of memory in memory space hbm. Used %s of %s hbm. Exceeded hbm capacity by "
+	    "%s.\n\n",
+	    status_human_bytes(used, p->peak_bytes), status_human_bytes(cap, p->capacity),
+	    status_human_bytes(over, p->peak_bytes - p->capacity));
+	fprintf(f,
+	        "Total hbm usage >= %s:\n"
+	        "    reserved        %s\n"
+	        "    arguments       %s\n"
+	        "    outputs         %s\n"
+	        "    temporaries     %s (the peak is at instruction %d, %s)\n\n",
+	        status_human_bytes(used, p->peak_bytes + topo->reserved_bytes),
+	        status_human_bytes(res, topo->reserved_bytes),
+	        status_human_bytes(args, p->argument_bytes),
+	        status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes),
+	        p->peak_at, p->peak_name);
+	fprintf(f, "Largest program allocations in hbm:\n\n");
+	print_largest(f, p, 10);
+}
+
+void memplan_print_text(FILE *f, const struct memplan *p, const struct topology *topo)
+{
+	if (!p->fits) {
+		memplan_print_oom(f, p, topo);
+		return;
+	}
+	char peak[32], cap[32], args[32], outs[32], temps[32], pad[32], sent[32], scr[32];
+	fprintf(f,
+	        "fits: peak %s of %s hbm per core (%s, %d cores)\n"
+	        "  arguments %s, outputs %s, temporaries %s, collective scratch at the peak %s\n"
+	        "  padding in the live set at the peak %s; each core sends %s in collectives\n\n"
+	        "Live at the peak (instruction %d, %s):\n\n",
+	        status_human_bytes(peak, p->peak_bytes), status_human_bytes(cap, p->capacity),
+	        topo->name, p->world_size, status_human_bytes(args, p->argument_bytes),
+	        status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes),
+	        status_human_bytes(scr, p->peak_scratch), status_human_bytes(pad, p->padding_bytes),
+	        status_human_bytes(sent, p->sent_bytes), p->peak_at, p->peak_name);
+	print_largest(f, p, 10);
+}
+
+static void json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+void memplan_print_json(FILE *f, const struct memplan *p, const struct status *error)
+{
+	fprintf(f, "{\"cores\": [");
+	for (int core = 0; p != NULL && core < p->world_size; core++) {
+		fprintf(
+		    f,
+		    "%s\n {\"ordinal\": %d, \"argument_bytes\": %lld, \"output_bytes\": %lld, "
+		    "\"alias_bytes\": %lld, \"temp_bytes\": %lld, \"peak_bytes\": %lld, "
+		    "\"padding_bytes\": %lld, \"sent_bytes\": %lld, \"fits\": %s, \"peak_live\": [",
+		    core ? "," : "", core, (long long)p->argument_bytes, (long long)p->output_bytes,
+		    (long long)p->alias_bytes, (long long)p->temp_bytes, (long long)p->peak_bytes,
+		    (long long)p->padding_bytes, (long long)p->sent_bytes,
+		    p->fits ? "true" : "false");
+		for (int k = 0; k < p->n_peak_live; k++) {
+			const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
+			char shape[512];
+			fprintf(f, "%s{\"name\": ", k ? ", " : "");
+			json_string(f, b->def->name);
+			fprintf(f, ", \"op\": ");
+			json_string(f, b->def->opcode);
+			fprintf(f, ", \"shape\": ");
+			json_string(f, hlo_shape_format(shape, sizeof(shape), &b->def->shape));
+			fprintf(f, ", \"bytes\": %lld, \"padded_bytes\": %lld, \"kind\": \"%s\"}",
+			        (long long)b->unpadded_bytes, (long long)b->bytes,
+			        kind_name(b->kind));
+		}
+		fprintf(f, "]}");
+	}
+	fprintf(f, "],\n \"error\": ");
+	if (error == NULL) {
+		fprintf(f, "null}\n");
+	} else {
+		fprintf(f, "{\"code\": ");
+		json_string(f, status_code_name(error->code));
+		fprintf(f, ", \"message\": ");
+		json_string(f, error->message);
+		fprintf(f, "}}\n");
+	}
+}

@@ -1,0 +1,74 @@
+/*
+ * Memory plan of an HLO module's entry computation on one core of a topology: which buffers
+ * exist (arguments, outputs, temporaries), how big they are with the TPU's tiled layouts, when
+ * each is live in program order, the peak, the live set at the peak, and the bytes each core
+ * sends in collectives. The plan is the same for every core (SPMD).
+ */
+#ifndef PODEMU_MEMPLAN_H
+#define PODEMU_MEMPLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "hlo.h"
+#include "status.h"
+#include "topology.h"
+
+/*
+ * Bytes of an array shape in HBM. tiled: the TPU layout, minor two dimensions in (8,128) tiles
+ * of 32-bit words (16-bit types packed two, 8-bit four to a word), 1-D arrays in tiles of 1024
+ * elements, scalars as they are; otherwise the unpadded size. Tuples: the sum of their elements.
+ */
+int64_t layout_bytes(const struct hlo_shape *s, bool tiled);
+
+enum buffer_kind { BUF_ARGUMENT, BUF_OUTPUT, BUF_TEMP };
+
+struct plan_buffer {
+	const struct hlo_instruction *def;
+	enum buffer_kind kind;
+	int64_t bytes; /* in HBM (padded when tiled) */
+	int64_t unpadded_bytes;
+	int first, last; /* live over [first, last] in program order */
+};
+
+struct memplan_options {
+	bool tiled;          /* TPU layouts (default) or none */
+	int64_t chunk_bytes; /* collective scratch per reducing collective (default 4 MiB) */
+};
+
+struct memplan {
+	int world_size;
+	int64_t capacity; /* usable HBM per core */
+	int n_buffers;
+	struct plan_buffer *buffers;
+	int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes;
+	int64_t peak_bytes;    /* live bytes at the peak, scratch included */
+	int64_t padding_bytes; /* of the buffers live at the peak */
+	int peak_at;           /* instruction index of the peak */
+	const char *peak_name; /* and its name */
+	int n_peak_live;
+	int *peak_live;       /* buffer indices live at the peak, largest first */
+	int64_t peak_scratch; /* collective scratch at the peak */
+	int64_t sent_bytes;   /* per core, over every collective */
+	bool fits;
+};
+
+/*
+ * Plans m's entry computation for one core of topo. INVALID_ARGUMENT for what cannot be planned
+ * (bad replica groups, a get-tuple-element out of range). The plan is allocated from a.
+ */
+int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
+                  const struct memplan_options *o, struct arena *a, struct status *st);
+
+/* XLA's out-of-memory report ("Ran out of memory in memory space hbm. ...") into f. */
+void memplan_print_oom(FILE *f, const struct memplan *p, const struct topology *topo);
+
+/* The JSON memory report (one entry per core; none when p is NULL) and error (or null) into f. */
+void memplan_print_json(FILE *f, const struct memplan *p, const struct status *error);
+
+/* The text summary (fits or XLA's report) into f. */
+void memplan_print_text(FILE *f, const struct memplan *p, const struct topology *topo);
+
+#endif

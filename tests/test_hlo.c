@@ -1,0 +1,251 @@
+/* The HLO text reader, the TPU layout sizes and the memory plan. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hlo.h"
+#include "memplan.h"
+
+#define GiB (1LL << 30)
+#define MiB (1LL << 20)
+
+static struct arena *a;
+
+static int setup(void **state)
+{
+	a = arena_new();
+	return a == NULL;
+}
+
+static int teardown(void **state)
+{
+	arena_free(a);
+	return 0;
+}
+
+static int parse(const char *text, struct hlo_module *m, struct status *st)
+{
+	return hlo_parse(text, strlen(text), a, m, st);
+}
+
+static const char *full_module =
+    "HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[8,128]{1,0})->f32[]}\n"
+    "\n"
+    "// the reducer\n"
+    "%region_0.4 (Arg_0.5: f32[], Arg_1.6: f32[]) -> f32[] {\n"
+    "  %Arg_0.5 = f32[] parameter(0)\n"
+    "  %Arg_1.6 = f32[] parameter(1)\n"
+    "  ROOT %add.7 = f32[] add(f32[] %Arg_0.5, f32[] %Arg_1.6), metadata={op_name=\"a, b\"}\n"
+    "}\n"
+    "\n"
+    "ENTRY %main.12 (Arg_0.1: f32[8,128]) -> f32[] {\n"
+    "  %Arg_0.1 = f32[8,128]{1,0:T(8,128)} parameter(0), sharding={replicated}\n"
+    "  %ag = f32[64,128]{1,0} all-gather(%Arg_0.1), channel_id=3, "
+    "replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true\n"
+    "  %t = (f32[64,128], f32[8,128]{1,0}) tuple(ag, Arg_0.1)\n"
+    "  gte = f32[64,128] get-tuple-element(%t), index=0\n"
+    "  %c = f32[] constant(0)\n"
+    "  ROOT %r = f32[] reduce(gte, %c), dimensions={0,1}, to_apply=%region_0.4 /* sum */\n"
+    "}\n";
+
+static void test_parse_module(void **state)
+{
+	struct hlo_module m;
+	struct status st;
+	assert_int_equal(parse(full_module, &m, &st), ST_OK);
+	assert_string_equal(m.name, "jit_step");
+	assert_int_equal(m.n_computations, 2);
+	assert_string_equal(m.entry->name, "main.12");
+	const struct hlo_computation *c = m.entry;
+	assert_int_equal(c->n_instructions, 6);
+	assert_int_equal(c->n_parameters, 1);
+	assert_string_equal(c->root->name, "r");
+	const struct hlo_instruction *ag = c->instructions[1];
+	assert_string_equal(ag->opcode, "all-gather");
+	assert_int_equal(ag->shape.dims[0], 64);
+	assert_true(ag->has_channel_id && ag->channel_id == 3);
+	assert_string_equal(ag->replica_groups, "[1,8]<=[8]");
+	assert_true(ag->use_global_device_ids);
+	assert_int_equal(ag->n_dimensions, 1);
+	assert_ptr_equal(ag->operands[0], c->instructions[0]);
+	assert_true(c->instructions[0]->shape.has_layout);
+	const struct hlo_instruction *t = c->instructions[2];
+	assert_int_equal(t->shape.type, HT_TUPLE);
+	assert_int_equal(t->shape.n_tuple, 2);
+	assert_int_equal(c->instructions[3]->tuple_index, 0);
+	assert_ptr_equal(c->root->to_apply, m.computations[0]);
+	char buf[128];
+	assert_string_equal(hlo_shape_format(buf, sizeof(buf), &t->shape),
+	                    "(f32[64,128], f32[8,128])");
+}
+
+static void expect_error(const char *text, const char *where, const char *what)
+{
+	struct hlo_module m;
+	struct status st;
+	assert_int_equal(parse(text, &m, &st), ST_INVALID_ARGUMENT);
+	if (strstr(st.message, where) == NULL || strstr(st.message, what) == NULL)
+		fail_msg("expected \"%s\" ... \"%s\", got \"%s\"", where, what, st.message);
+}
+
+static void test_parse_errors_name_line_and_column(void **state)
+{
+	expect_error("", "line 1, column 1", "HloModule");
+	expect_error("HloModule m\nENTRY e {\n  p = f33[2] parameter(0)\n}\n", "line 3, column 7",
+	             "unknown element type 'f33'");
+	expect_error("HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT q = f32[2] add(p, "
+	             "nope)\n}\n",
+	             "line 4, column 26", "q uses nope");
+	expect_error("HloModule m\nENTRY e {\n  p = f32[2]{0 parameter(0)\n}\n", "line 3",
+	             "unbalanced");
+	expect_error("HloModule m\nENTRY e {\n  p = f32[-2] parameter(0)\n}\n", "line 3",
+	             "negative");
+	expect_error(
+	    "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  p = f32[2] negate(p)\n}\n",
+	    "line 4", "defined twice");
+	expect_error("HloModule m\nENTRY e {\n  p = f32[99999999999999] parameter(0)\n}\n",
+	             "line 3", "larger than");
+	expect_error("HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n", "line 4", "not closed");
+	expect_error(
+	    "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[] reduce(p), "
+	    "to_apply=missing\n}\n",
+	    "line 4", "to_apply=missing is not defined");
+	expect_error("HloModule m\nENTRY e {\n  p = f32[2] parameter(1)\n}\n", "line 2",
+	             "parameter numbers");
+	expect_error(
+	    "HloModule m\nENTRY e {\n  q = f32[2] negate(p)\n  p = f32[2] parameter(0)\n}\n",
+	    "line 3, column 21", "defined after it");
+}
+
+static void test_layout_bytes(void **state)
+{
+	struct hlo_module m;
+	struct status st;
+	assert_int_equal(parse("HloModule m\nENTRY e {\n"
+	                       "  a = f32[12582912,1]{1,0} parameter(0)\n"
+	                       "  b = f32[134217728] parameter(1)\n"
+	                       "  c = f32[98304,128] parameter(2)\n"
+	                       "  d = f32[1000] parameter(3)\n"
+	                       "  e = bf16[8,128] parameter(4)\n"
+	                       "  f = f32[1,12582912]{0,1} parameter(5)\n"
+	                       "  g = f32[] parameter(6)\n"
+	                       "  ROOT t = (f32[], f32[]) tuple(g, g)\n}\n",
+	                       &m, &st),
+	                 ST_OK);
+	struct hlo_instruction **p = m.entry->parameters;
+	/* pytorch/xla 1965: a minor dimension of 1 pads to 128. */
+	assert_int_equal(layout_bytes(&p[0]->shape, true), 6 * GiB);
+	assert_int_equal(layout_bytes(&p[0]->shape, false), 48 * MiB);
+	assert_int_equal(layout_bytes(&p[1]->shape, true), 512 * MiB); /* 1-D: 1024-element tiles */
+	assert_int_equal(layout_bytes(&p[2]->shape, true), 48 * MiB);  /* reshaped: no padding */
+	assert_int_equal(layout_bytes(&p[3]->shape, true), 4096);
+	assert_int_equal(layout_bytes(&p[4]->shape, true), 16 * 128 * 2); /* bf16 rows packed */
+	assert_int_equal(layout_bytes(&p[5]->shape, true), 6 * GiB);      /* layout {0,1} */
+	assert_int_equal(layout_bytes(&p[6]->shape, true), 4);
+}
+
+static int plan(const char *text, const char *topology, struct memplan *p)
+{
+	struct hlo_module m;
+	struct status st;
+	struct topology topo;
+	assert_int_equal(topology_from_preset(&topo, topology, &st), ST_OK);
+	int rv = parse(text, &m, &st);
+	if (rv != ST_OK)
+		fail_msg("%s", st.message);
+	struct memplan_options o = {.tiled = true};
+	rv = memplan_build(p, &m, &topo, &o, a, &st);
+	if (rv != ST_OK)
+		fail_msg("%s", st.message);
+	return rv;
+}
+
+/* The seed scenario (pytorch/xla 3510) as HLO: input + output, exactly. */
+static void test_plan_seed_all_gather(void **state)
+{
+	struct memplan p;
+	plan("HloModule seed\nENTRY main {\n"
+	     "  p0 = f32[134217728]{0} parameter(0)\n"
+	     "  ROOT ag = f32[1073741824]{0} all-gather(p0), replica_groups={{0,1,2,3,4,5,6,7}}, "
+	     "dimensions={0}\n}\n",
+	     "v3-8", &p);
+	assert_int_equal(p.peak_bytes, 4 * GiB + 512 * MiB);
+	assert_int_equal(p.argument_bytes, 512 * MiB);
+	assert_int_equal(p.output_bytes, 4 * GiB);
+	assert_int_equal(p.temp_bytes, 0);
+	assert_int_equal(p.sent_bytes, 4 * GiB / 8 * 7);
+	assert_true(p.fits);
+	assert_int_equal(p.n_peak_live, 2);
+	assert_string_equal(p.buffers[p.peak_live[0]].def->name, "ag");
+}
+
+/* Two all-gathers consumed at the end are live together; each is freed after its last use. */
+static void test_plan_liveness(void **state)
+{
+	struct memplan p;
+	plan("HloModule two\nENTRY main {\n"
+	     "  x = f32[1048576] parameter(0)\n"
+	     "  a = f32[8388608] all-gather(x), dimensions={0}\n"
+	     "  b = f32[8388608] all-gather(x), dimensions={0}\n"
+	     "  s = f32[8388608] add(a, b)\n"
+	     "  ROOT r = f32[8388608] negate(s)\n}\n",
+	     "v3-8", &p);
+	/* At s: x, a, b and s (4 + 32 x 3 MiB); at r only x, s and r. */
+	assert_int_equal(p.peak_bytes, 4 * MiB + 3 * 32 * MiB);
+	assert_string_equal(p.peak_name, "s");
+	assert_int_equal(p.temp_bytes, 3 * 32 * MiB);
+	/* A reducing collective reserves one chunk while it runs. */
+	plan("HloModule rs\nENTRY main {\n"
+	     "  x = f32[8388608] parameter(0)\n"
+	     "  ROOT r = f32[1048576] reduce-scatter(x), dimensions={0}, to_apply=add\n}\n"
+	     "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+	     "  ROOT s = f32[] add(a, b)\n}\n",
+	     "v3-8", &p);
+	assert_int_equal(p.peak_bytes, 32 * MiB + 4 * MiB + 4 * MiB);
+	assert_int_equal(p.peak_scratch, 4 * MiB);
+}
+
+/* Over 16 GiB on a v3 core: refused with the padded buffers as the largest allocations. */
+static void test_plan_out_of_memory(void **state)
+{
+	struct memplan p;
+	plan("HloModule big\nENTRY main {\n"
+	     "  p = f32[12582912,1]{1,0} parameter(0)\n"
+	     "  n = f32[12582912,1]{1,0} negate(p)\n"
+	     "  ROOT m = f32[12582912,1]{1,0} multiply(n, p)\n}\n",
+	     "v3-8", &p);
+	assert_false(p.fits);
+	assert_int_equal(p.peak_bytes, 18 * GiB);
+	assert_int_equal(p.padding_bytes, 3 * (6 * GiB - 48 * MiB));
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	struct topology topo;
+	struct status st;
+	topology_from_preset(&topo, "v3-8", &st);
+	memplan_print_oom(f, &p, &topo);
+	fclose(f);
+	assert_non_null(strstr(text, "Ran out of memory in memory space hbm. Used 18.00G of 15.48G "
+	                             "hbm. Exceeded hbm capacity by 2.52G."));
+	assert_non_null(strstr(text, "Extra memory due to padding: 5.95G (128.0x expansion)"));
+	free(text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_parse_module),
+	    cmocka_unit_test(test_parse_errors_name_line_and_column),
+	    cmocka_unit_test(test_layout_bytes),
+	    cmocka_unit_test(test_plan_seed_all_gather),
+	    cmocka_unit_test(test_plan_liveness),
+	    cmocka_unit_test(test_plan_out_of_memory),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
