@@ -8,7 +8,7 @@ packages=(
 	libprotobuf-c-dev protobuf-c-compiler
 	libnng-dev libevent-dev libcmocka-dev
 	# tests: JSON checks in the CLI tests, network namespaces for multi-host tests, libFuzzer
-	python3 iproute2 procps clang libclang-rt-14-dev
+	python3 iproute2 procps openssl clang libclang-rt-14-dev
 )
 
 missing=()
