@@ -45,6 +45,8 @@ PY
 # Without the pod's token, or with a wrong one, nothing is answered; an agent cannot join.
 if PODEMU_TOKEN=wrong pe status >"$state/denied.txt" 2>&1; then fail "status without the token"; fi
 grep -q UNAUTHENTICATED "$state/denied.txt" || fail "status was not refused as UNAUTHENTICATED"
+if PODEMU_TOKEN=wrong pe demo >"$state/denied.txt" 2>&1; then fail "a step without the token"; fi
+grep -q UNAUTHENTICATED "$state/denied.txt" || fail "a step was not refused as UNAUTHENTICATED"
 if PODEMU_TOKEN= "$bin/podemu-agent" --coordinator "$(cat "$state/coordinator.url")" \
 	>"$state/intruder.log" 2>&1; then :; fi
 grep -q "registration refused: UNAUTHENTICATED" "$state/intruder.log" ||
