@@ -750,7 +750,7 @@ static int computation(struct reader *r, struct hlo_module *m, struct hlo_comput
 			break;
 		}
 		struct pending_operand *in_ops = NULL;
-		struct hlo_instruction *in;
+		struct hlo_instruction *in = NULL;
 		if (instruction(r, &b, &in_ops, &in) != ST_OK)
 			return ST_INVALID_ARGUMENT;
 		if (c->n_instructions > cap_ops) {
@@ -765,7 +765,7 @@ static int computation(struct reader *r, struct hlo_module *m, struct hlo_comput
 		ops[c->n_instructions - 1] = in_ops;
 		if (in->is_root) {
 			if (c->root != NULL)
-				return fail(r, at + 0, "%s has two ROOT instructions (%s and %s)",
+				return fail(r, at, "%s has two ROOT instructions (%s and %s)",
 				            c->name, c->root->name, in->name);
 			c->root = in;
 		}
@@ -838,7 +838,7 @@ int hlo_parse(const char *text, size_t len, struct arena *a, struct hlo_module *
 		skip_space(&r, false);
 		if (r.p >= r.end)
 			break;
-		struct hlo_computation *c;
+		struct hlo_computation *c = NULL;
 		if (computation(&r, out, &c) != ST_OK)
 			return ST_INVALID_ARGUMENT;
 		if (hlo_find_computation(out, c->name) != NULL)
