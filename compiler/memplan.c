@@ -115,6 +115,22 @@ static int define(struct builder *b, const struct hlo_instruction *in, enum buff
 	return 0;
 }
 
+int ag_strategy_parse(const char *name)
+{
+	static const char *const names[] = {"native", "via-all-reduce", "decomposed"};
+	for (int i = 0; i < 3; i++)
+		if (strcmp(name, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *ag_strategy_name(enum ag_strategy s)
+{
+	return s == AG_VIA_ALL_REDUCE ? "via-all-reduce"
+	       : s == AG_DECOMPOSED   ? "decomposed"
+	                              : "native";
+}
+
 static bool is(const struct hlo_instruction *in, const char *op)
 {
 	return strcmp(in->opcode, op) == 0;
@@ -194,6 +210,8 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	const struct hlo_computation *c = m->entry;
 	int n = c->n_instructions;
 	out->world_size = topology_world_size(topo);
+	out->all_gather = o->all_gather;
+	out->no_alias = o->no_alias;
 	out->capacity = topology_bytes_limit(topo);
 	struct memplan_options opts = *o;
 	if (opts.chunk_bytes <= 0)
@@ -252,6 +270,29 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 				r->ids = from->ids + in->tuple_index;
 				r->n = 1;
 			}
+		} else if (opts.all_gather != AG_NATIVE && is(in, "all-gather") &&
+		           in->shape.type != HT_TUPLE) {
+			/*
+			 * The output-sized zeros holding this core's input (pad, or broadcast +
+			 * dynamic-update-slice in place), then an all-reduce of it: in place, or
+			 * into a buffer of its own with --no-alias.
+			 */
+			int padded = new_buffer(&b, in, &in->shape, BUF_TEMP, i);
+			if (padded < 0)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			out->buffers[padded].op =
+			    opts.all_gather == AG_VIA_ALL_REDUCE
+			        ? "pad (all-gather via all-reduce)"
+			        : "dynamic-update-slice (decomposed all-gather)";
+			r->ids = arena_calloc(a, 2, sizeof(int));
+			if (r->ids == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			r->n = 1;
+			r->ids[0] =
+			    opts.no_alias ? new_buffer(&b, in, &in->shape, BUF_TEMP, i) : padded;
+			if (r->ids[0] < 0)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			out->n_rewritten++;
 		} else {
 			if (define(&b, in, BUF_TEMP, i, r) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -267,11 +308,16 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 			int size = group_size(in, out->world_size, &groups, st);
 			if (size < 0)
 				return ST_INVALID_ARGUMENT;
-			out->sent_bytes += sent_by(in, size);
-			if (is_any(in, reducing) && in->n_operands > 0) {
-				int64_t bytes = value_bytes(&in->operands[0]->shape);
-				scratch[i] = bytes < opts.chunk_bytes ? bytes : opts.chunk_bytes;
-			}
+			bool rewritten = opts.all_gather != AG_NATIVE && is(in, "all-gather") &&
+			                 in->shape.type != HT_TUPLE;
+			/* A rewritten all-gather is an all-reduce of the output-sized buffer. */
+			int64_t reduced = rewritten ? value_bytes(&in->shape)
+			                  : is_any(in, reducing) && in->n_operands > 0
+			                      ? value_bytes(&in->operands[0]->shape)
+			                      : 0;
+			out->sent_bytes += rewritten && size > 1 ? reduced / size * 2 * (size - 1)
+			                                         : sent_by(in, size);
+			scratch[i] = reduced < opts.chunk_bytes ? reduced : opts.chunk_bytes;
 		}
 	}
 	/* Arguments live throughout; what the root names is an output, live to the end. */
@@ -351,7 +397,7 @@ static void print_largest(FILE *f, const struct memplan *p, int max)
 		        "     Operator: op_type=\"%s\"\n"
 		        "     Shape: %s\n"
 		        "     Unpadded size: %s\n",
-		        k + 1, status_human_bytes(size, b->bytes), b->def->opcode,
+		        k + 1, status_human_bytes(size, b->bytes), b->op ? b->op : b->def->opcode,
 		        hlo_shape_format(shape, sizeof(shape), &b->def->shape),
 		        status_human_bytes(unpadded, b->unpadded_bytes));
 		if (b->bytes > b->unpadded_bytes)
@@ -365,6 +411,19 @@ static void print_largest(FILE *f, const struct memplan *p, int max)
 		        "     ==========================\n\n",
 		        b->def->name, b->def->opcode, xla_kind(b->kind));
 	}
+}
+
+/* What an all-gather strategy other than native did to the plan. */
+static void print_strategy(FILE *f, const struct memplan *p)
+{
+	if (p->n_rewritten > 0)
+		fprintf(
+		    f,
+		    "all-gather strategy %s: each of the %d all-gathers fills an output-sized "
+		    "buffer with zeros and its input, then all-reduces it %s, with one chunk of "
+		    "scratch; it sends 2(n-1)/n of the output instead of (n-1)/n\n\n",
+		    ag_strategy_name(p->all_gather), p->n_rewritten,
+		    p->no_alias ? "into a second output-sized buffer (--no-alias)" : "in place");
 }
 
 void memplan_print_oom(FILE *f, const struct memplan *p, const struct topology *topo)
@@ -387,6 +446,7 @@ void memplan_print_oom(FILE *f, const struct memplan *p, const struct topology *
 	        status_human_bytes(args, p->argument_bytes),
 	        status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes),
 	        p->peak_at, p->peak_name);
+	print_strategy(f, p);
 	fprintf(f, "Largest program allocations in hbm:\n\n");
 	print_largest(f, p, 10);
 }
@@ -401,13 +461,14 @@ void memplan_print_text(FILE *f, const struct memplan *p, const struct topology 
 	fprintf(f,
 	        "fits: peak %s of %s hbm per core (%s, %d cores)\n"
 	        "  arguments %s, outputs %s, temporaries %s, collective scratch at the peak %s\n"
-	        "  padding in the live set at the peak %s; each core sends %s in collectives\n\n"
-	        "Live at the peak (instruction %d, %s):\n\n",
+	        "  padding in the live set at the peak %s; each core sends %s in collectives\n\n",
 	        status_human_bytes(peak, p->peak_bytes), status_human_bytes(cap, p->capacity),
 	        topo->name, p->world_size, status_human_bytes(args, p->argument_bytes),
 	        status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes),
 	        status_human_bytes(scr, p->peak_scratch), status_human_bytes(pad, p->padding_bytes),
-	        status_human_bytes(sent, p->sent_bytes), p->peak_at, p->peak_name);
+	        status_human_bytes(sent, p->sent_bytes));
+	print_strategy(f, p);
+	fprintf(f, "Live at the peak (instruction %d, %s):\n\n", p->peak_at, p->peak_name);
 	print_largest(f, p, 10);
 }
 
@@ -445,7 +506,7 @@ void memplan_print_json(FILE *f, const struct memplan *p, const struct status *e
 			fprintf(f, "%s{\"name\": ", k ? ", " : "");
 			json_string(f, b->def->name);
 			fprintf(f, ", \"op\": ");
-			json_string(f, b->def->opcode);
+			json_string(f, b->op ? b->op : b->def->opcode);
 			fprintf(f, ", \"shape\": ");
 			json_string(f, hlo_shape_format(shape, sizeof(shape), &b->def->shape));
 			fprintf(f, ", \"bytes\": %lld, \"padded_bytes\": %lld, \"kind\": \"%s\"}",

@@ -27,15 +27,31 @@ enum buffer_kind { BUF_ARGUMENT, BUF_OUTPUT, BUF_TEMP };
 
 struct plan_buffer {
 	const struct hlo_instruction *def;
+	const char *op; /* what made it, when not def's opcode (a strategy's temporary) */
 	enum buffer_kind kind;
 	int64_t bytes; /* in HBM (padded when tiled) */
 	int64_t unpadded_bytes;
 	int first, last; /* live over [first, last] in program order */
 };
 
+/*
+ * How an all-gather is carried out. native: received chunks go straight into the output.
+ * via-all-reduce (torch_xla 1.10): the input is padded to the output shape with zeros, then
+ * all-reduced (sum). decomposed (XLA's AllGatherDecomposer): the input is written into a
+ * broadcast of zeros with dynamic-update-slice, then all-reduced. Both of the latter send
+ * 2(n-1)/n of the output per core instead of (n-1)/n.
+ */
+enum ag_strategy { AG_NATIVE, AG_VIA_ALL_REDUCE, AG_DECOMPOSED };
+
+/* "native", "via-all-reduce", "decomposed"; -1 when unknown. */
+int ag_strategy_parse(const char *name);
+const char *ag_strategy_name(enum ag_strategy s);
+
 struct memplan_options {
 	bool tiled;          /* TPU layouts (default) or none */
 	int64_t chunk_bytes; /* collective scratch per reducing collective (default 4 MiB) */
+	enum ag_strategy all_gather;
+	bool no_alias; /* an all-reduce never reuses its operand's buffer for its result */
 };
 
 struct memplan {
@@ -52,6 +68,9 @@ struct memplan {
 	int *peak_live;       /* buffer indices live at the peak, largest first */
 	int64_t peak_scratch; /* collective scratch at the peak */
 	int64_t sent_bytes;   /* per core, over every collective */
+	enum ag_strategy all_gather;
+	bool no_alias;
+	int n_rewritten; /* all-gathers carried out through an all-reduce */
 	bool fits;
 };
 

@@ -185,6 +185,42 @@ static void test_plan_seed_all_gather(void **state)
 	assert_string_equal(p.buffers[p.peak_live[0]].def->name, "ag");
 }
 
+/*
+ * The seed's all-gather through an all-reduce (torch_xla 1.10) or XLA's decomposition: the
+ * output-sized zeros are reused in place by the all-reduce (input + output + one chunk), or
+ * not (--no-alias: input + 2 x output + one chunk); either way each core sends twice as much.
+ */
+static void test_plan_all_gather_strategies(void **state)
+{
+	static const char *seed =
+	    "HloModule seed\nENTRY main {\n"
+	    "  p0 = f32[134217728]{0} parameter(0)\n"
+	    "  ROOT ag = f32[1073741824]{0} all-gather(p0), replica_groups={{0,1,2,3,4,5,6,7}}, "
+	    "dimensions={0}\n}\n";
+	struct hlo_module m;
+	struct status st;
+	struct topology topo;
+	assert_int_equal(topology_from_preset(&topo, "v3-8", &st), ST_OK);
+	assert_int_equal(parse(seed, &m, &st), ST_OK);
+	for (int strategy = AG_VIA_ALL_REDUCE; strategy <= AG_DECOMPOSED; strategy++) {
+		for (int no_alias = 0; no_alias <= 1; no_alias++) {
+			struct memplan p;
+			struct memplan_options o = {.tiled = true,
+			                            .all_gather = (enum ag_strategy)strategy,
+			                            .no_alias = no_alias};
+			assert_int_equal(memplan_build(&p, &m, &topo, &o, a, &st), ST_OK);
+			assert_int_equal(p.peak_bytes,
+			                 512 * MiB + (no_alias ? 8 : 4) * GiB + 4 * MiB);
+			assert_int_equal(p.peak_scratch, 4 * MiB);
+			assert_int_equal(p.sent_bytes, 4 * GiB / 8 * 2 * 7);
+			assert_int_equal(p.n_rewritten, 1);
+			assert_int_equal(p.n_peak_live, no_alias ? 3 : 2);
+		}
+	}
+	assert_int_equal(ag_strategy_parse("decomposed"), AG_DECOMPOSED);
+	assert_int_equal(ag_strategy_parse("nope"), -1);
+}
+
 /* Two all-gathers consumed at the end are live together; each is freed after its last use. */
 static void test_plan_liveness(void **state)
 {
@@ -244,6 +280,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_errors_name_line_and_column),
 	    cmocka_unit_test(test_layout_bytes),
 	    cmocka_unit_test(test_plan_seed_all_gather),
+	    cmocka_unit_test(test_plan_all_gather_strategies),
 	    cmocka_unit_test(test_plan_liveness),
 	    cmocka_unit_test(test_plan_out_of_memory),
 	};

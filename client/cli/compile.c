@@ -57,7 +57,10 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	int rv = text == NULL ? st.code : a == NULL ? ST_RESOURCE_EXHAUSTED : ST_OK;
 	if (rv == ST_OK && (rv = hlo_parse(text, len, a, &m, &st)) != ST_OK)
 		status_set(&st, rv, "%s: %s", o->file, st.message);
-	struct memplan_options mo = {.tiled = o->tiled, .chunk_bytes = o->chunk_bytes};
+	struct memplan_options mo = {.tiled = o->tiled,
+	                             .chunk_bytes = o->chunk_bytes,
+	                             .all_gather = (enum ag_strategy)o->all_gather,
+	                             .no_alias = o->no_alias};
 	if (rv == ST_OK && (rv = memplan_build(&plan, &m, topo, &mo, a, &st)) != ST_OK)
 		status_set(&st, rv, "%s: %s", o->file, st.message);
 	int code = rv == ST_OK ? (plan.fits ? 0 : 1) : 2;

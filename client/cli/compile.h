@@ -12,6 +12,8 @@ struct compile_options {
 	bool json;
 	bool tiled;          /* TPU layouts; false: --layout none */
 	int64_t chunk_bytes; /* 0: the default */
+	int all_gather;      /* enum ag_strategy */
+	bool no_alias;
 };
 
 /* Reads, parses and plans the file for topo; returns a process exit code (1: does not fit). */

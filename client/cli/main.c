@@ -9,6 +9,7 @@
 #include "arena.h"
 #include "bench.h"
 #include "compile.h"
+#include "memplan.h"
 #include "pod.h"
 #include "podemu.pb-c.h"
 #include "podemu/podemu.h"
@@ -45,7 +46,8 @@ static void usage(FILE *f)
 	    "          outputs, temporaries, padding, bytes sent, the live set at the peak, or\n"
 	    "          XLA's out-of-memory report; offline with --topology NAME (or --hosts,\n"
 	    "          --cores-per-host, --hbm), else for the running pod\n"
-	    "          [--json] [--layout tpu|none] [--chunk-bytes SIZE]\n"
+	    "          [--json] [--layout tpu|none] [--chunk-bytes SIZE] [--no-alias]\n"
+	    "          [--all-gather-strategy native|via-all-reduce|decomposed]\n"
 	    "\n"
 	    "every command takes --state-dir DIR (default $PODEMU_STATE_DIR, else a folder\n"
 	    "under $XDG_RUNTIME_DIR or /tmp)\n");
@@ -79,6 +81,8 @@ enum {
 	OPT_AXIS,
 	OPT_CHECK,
 	OPT_LAYOUT,
+	OPT_AG_STRATEGY,
+	OPT_NO_ALIAS,
 };
 
 struct cli {
@@ -91,6 +95,8 @@ struct cli {
 	const char *file;   /* compile's HLO file */
 	int topology_given; /* --topology, --hosts, --cores-per-host or --hbm */
 	const char *layout;
+	const char *ag_strategy;
+	int no_alias;
 };
 
 static int parse(struct cli *o, int argc, char **argv)
@@ -123,6 +129,8 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"axis", required_argument, NULL, OPT_AXIS},
 	    {"check", no_argument, NULL, OPT_CHECK},
 	    {"layout", required_argument, NULL, OPT_LAYOUT},
+	    {"all-gather-strategy", required_argument, NULL, OPT_AG_STRATEGY},
+	    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
 	    {0, 0, 0, 0},
 	};
 	int c;
@@ -227,6 +235,12 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_LAYOUT:
 			o->layout = optarg;
+			break;
+		case OPT_AG_STRATEGY:
+			o->ag_strategy = optarg;
+			break;
+		case OPT_NO_ALIAS:
+			o->no_alias = 1;
 			break;
 		case OPT_HELP:
 			usage(stdout);
@@ -526,13 +540,21 @@ static int cmd_compile_file(const struct cli *o)
 		fprintf(stderr, "podemu compile: --chunk-bytes: %s\n", st.message);
 		return 2;
 	}
+	int strategy = ag_strategy_parse(o->ag_strategy ? o->ag_strategy : "native");
+	if (strategy < 0) {
+		fprintf(stderr, "podemu compile: --all-gather-strategy must be native, "
+		                "via-all-reduce or decomposed\n");
+		return 2;
+	}
 	struct topology topo;
 	if (compile_topology(o, &topo) != ST_OK)
 		return 2;
 	struct compile_options co = {.file = o->file,
 	                             .json = o->json,
 	                             .tiled = o->layout == NULL || strcmp(o->layout, "tpu") == 0,
-	                             .chunk_bytes = chunk};
+	                             .chunk_bytes = chunk,
+	                             .all_gather = strategy,
+	                             .no_alias = o->no_alias};
 	return cmd_compile(&co, &topo);
 }
 
