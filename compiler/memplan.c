@@ -178,6 +178,65 @@ static int64_t value_bytes(const struct hlo_shape *s)
 	return layout_bytes(s, false);
 }
 
+static bool same_text(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/*
+ * The combiners: each collective merged into an earlier one of its kind gets that one's place
+ * in at[] (else its own index). Returns how many were merged.
+ */
+static int combine(const struct hlo_computation *c, int64_t threshold, int *at)
+{
+	static const char *const kinds[] = {"all-gather", "reduce-scatter", "all-reduce"};
+	struct {
+		int first;
+		int64_t bytes;
+	} open[3] = {{-1, 0}, {-1, 0}, {-1, 0}};
+	int merged = 0;
+	for (int i = 0; i < c->n_instructions; i++) {
+		const struct hlo_instruction *in = c->instructions[i];
+		at[i] = i;
+		if (strcmp(in->opcode, "opt-barrier") == 0 ||
+		    strcmp(in->opcode, "optimization-barrier") == 0) {
+			for (int k = 0; k < 3; k++)
+				open[k].first = -1; /* nothing is combined across a barrier */
+			continue;
+		}
+		int kind = -1;
+		for (int k = 0; k < 3; k++)
+			if (strcmp(in->opcode, kinds[k]) == 0)
+				kind = k;
+		if (kind < 0 || threshold <= 0 || in->shape.type == HT_TUPLE)
+			continue;
+		int64_t bytes = value_bytes(&in->shape);
+		int first = open[kind].first;
+		bool fits = first >= 0 && open[kind].bytes + bytes <= threshold;
+		if (fits) {
+			const struct hlo_instruction *f = c->instructions[first];
+			fits = same_text(f->replica_groups, in->replica_groups) &&
+			       same_text(f->to_apply_name, in->to_apply_name) &&
+			       f->n_dimensions == in->n_dimensions &&
+			       (in->n_dimensions == 0 ||
+			        memcmp(f->dimensions, in->dimensions,
+			               (size_t)in->n_dimensions * sizeof(int64_t)) == 0);
+			/* Independent: everything it reads exists where the first one runs. */
+			for (int j = 0; fits && j < in->n_operands; j++)
+				fits = in->operands[j]->index < first;
+		}
+		if (fits) {
+			at[i] = first;
+			open[kind].bytes += bytes;
+			merged++;
+		} else {
+			open[kind].first = i;
+			open[kind].bytes = bytes;
+		}
+	}
+	return merged;
+}
+
 /* What one core sends in a collective, nccl-tests' way of counting. */
 static int64_t sent_by(const struct hlo_instruction *in, int n)
 {
@@ -218,6 +277,11 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 		opts.chunk_bytes = DEFAULT_CHUNK_BYTES;
 	struct builder b = {out, a, &opts, 0};
 	struct group_cache groups = {NULL, 0};
+	int *at = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (at == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	out->combine_threshold_bytes = opts.combine_threshold_bytes;
+	out->n_combined = combine(c, opts.combine_threshold_bytes, at);
 	struct refs *refs = arena_calloc(a, (size_t)n, sizeof(*refs));
 	int64_t *scratch = arena_calloc(a, (size_t)n, sizeof(int64_t));
 	if (refs == NULL || scratch == NULL)
@@ -277,7 +341,7 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 			 * dynamic-update-slice in place), then an all-reduce of it: in place, or
 			 * into a buffer of its own with --no-alias.
 			 */
-			int padded = new_buffer(&b, in, &in->shape, BUF_TEMP, i);
+			int padded = new_buffer(&b, in, &in->shape, BUF_TEMP, at[i]);
 			if (padded < 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 			out->buffers[padded].op =
@@ -288,21 +352,22 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 			if (r->ids == NULL)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 			r->n = 1;
-			r->ids[0] =
-			    opts.no_alias ? new_buffer(&b, in, &in->shape, BUF_TEMP, i) : padded;
+			r->ids[0] = opts.no_alias ? new_buffer(&b, in, &in->shape, BUF_TEMP, at[i])
+			                          : padded;
 			if (r->ids[0] < 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 			out->n_rewritten++;
 		} else {
-			if (define(&b, in, BUF_TEMP, i, r) != 0)
+			if (define(&b, in, BUF_TEMP, at[i], r) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		}
-		/* Operands stay live up to their last use. */
+		/* Operands stay live up to their last use (a merged collective's is where it runs).
+		 */
 		for (int j = 0; j < in->n_operands; j++) {
 			const struct refs *from = &refs[in->operands[j]->index];
 			for (int k = 0; k < from->n; k++)
-				if (out->buffers[from->ids[k]].last < i)
-					out->buffers[from->ids[k]].last = i;
+				if (out->buffers[from->ids[k]].last < at[i])
+					out->buffers[from->ids[k]].last = at[i];
 		}
 		if (is_any(in, collectives)) {
 			int size = group_size(in, out->world_size, &groups, st);
@@ -317,7 +382,9 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 			                      : 0;
 			out->sent_bytes += rewritten && size > 1 ? reduced / size * 2 * (size - 1)
 			                                         : sent_by(in, size);
-			scratch[i] = reduced < opts.chunk_bytes ? reduced : opts.chunk_bytes;
+			int64_t chunk = reduced < opts.chunk_bytes ? reduced : opts.chunk_bytes;
+			if (scratch[at[i]] < chunk) /* a merged collective shares one chunk */
+				scratch[at[i]] = chunk;
 		}
 	}
 	/* Arguments live throughout; what the root names is an output, live to the end. */
@@ -413,9 +480,16 @@ static void print_largest(FILE *f, const struct memplan *p, int max)
 	}
 }
 
-/* What an all-gather strategy other than native did to the plan. */
+/* What the combiners and an all-gather strategy other than native did to the plan. */
 static void print_strategy(FILE *f, const struct memplan *p)
 {
+	char threshold[32];
+	if (p->n_combined > 0)
+		fprintf(
+		    f,
+		    "combined %d collectives into earlier independent ones (threshold %s): their "
+		    "outputs are live from there on\n\n",
+		    p->n_combined, status_human_bytes(threshold, p->combine_threshold_bytes));
 	if (p->n_rewritten > 0)
 		fprintf(
 		    f,

@@ -52,6 +52,13 @@ struct memplan_options {
 	int64_t chunk_bytes; /* collective scratch per reducing collective (default 4 MiB) */
 	enum ag_strategy all_gather;
 	bool no_alias; /* an all-reduce never reuses its operand's buffer for its result */
+	/*
+	 * Independent all-gathers, reduce-scatters and all-reduces with the same groups are merged
+	 * into the first of them while their outputs together stay at or below this many bytes
+	 * (0: no combining), as XLA's combiners do; an opt-barrier between two stops it. A merged
+	 * collective runs, and its output is live, from the first one's place on.
+	 */
+	int64_t combine_threshold_bytes;
 };
 
 struct memplan {
@@ -71,6 +78,8 @@ struct memplan {
 	enum ag_strategy all_gather;
 	bool no_alias;
 	int n_rewritten; /* all-gathers carried out through an all-reduce */
+	int n_combined;  /* collectives merged into an earlier one */
+	int64_t combine_threshold_bytes;
 	bool fits;
 };
 

@@ -247,6 +247,53 @@ static void test_plan_liveness(void **state)
 	assert_int_equal(p.peak_scratch, 4 * MiB);
 }
 
+/*
+ * Two independent all-gathers whose outputs are consumed later: combined, both outputs are live
+ * at once; an opt-barrier between them keeps them apart and the peak back at one.
+ */
+static void test_plan_combining_and_barriers(void **state)
+{
+	const char *fmt = "HloModule two\n"
+	                  "add {\n  l = f32[] parameter(0)\n  r = f32[] parameter(1)\n"
+	                  "  ROOT s = f32[] add(l, r)\n}\n"
+	                  "ENTRY main {\n"
+	                  "  x = f32[262144] parameter(0)\n"
+	                  "  y = f32[262144] parameter(1)\n"
+	                  "  z = f32[] constant(0)\n"
+	                  "  a = f32[2097152] all-gather(x), dimensions={0}\n"
+	                  "  ra = f32[] reduce(a, z), dimensions={0}, to_apply=add\n"
+	                  "  %s\n"
+	                  "  b = f32[2097152] all-gather(y), dimensions={0}\n"
+	                  "  rb = f32[] reduce(b, z), dimensions={0}, to_apply=add\n"
+	                  "  ROOT t = (f32[], f32[]) tuple(ra, rb)\n}\n";
+	char text[1024];
+	struct hlo_module m;
+	struct status st;
+	struct topology topo;
+	assert_int_equal(topology_from_preset(&topo, "v3-8", &st), ST_OK);
+	struct memplan_options o = {.tiled = true, .combine_threshold_bytes = 30 * MiB};
+	struct memplan p;
+	const int64_t scalars = 3 * 4; /* z, ra, rb */
+	/* Combined: b runs with a, so both 8 MiB outputs are live at once. */
+	snprintf(text, sizeof(text), fmt, "c = f32[] constant(1)");
+	assert_int_equal(parse(text, &m, &st), ST_OK);
+	assert_int_equal(memplan_build(&p, &m, &topo, &o, a, &st), ST_OK);
+	assert_int_equal(p.n_combined, 1);
+	assert_int_equal(p.peak_bytes, 2 * MiB + 2 * 8 * MiB + 4 + 4);
+	/* Without combining (threshold below the pair), one output at a time. */
+	o.combine_threshold_bytes = 10 * MiB;
+	assert_int_equal(memplan_build(&p, &m, &topo, &o, a, &st), ST_OK);
+	assert_int_equal(p.n_combined, 0);
+	assert_int_equal(p.peak_bytes, 2 * MiB + 8 * MiB + scalars);
+	/* An opt-barrier between them keeps them apart at any threshold. */
+	o.combine_threshold_bytes = 30 * MiB;
+	snprintf(text, sizeof(text), fmt, "ob = f32[] opt-barrier(ra)");
+	assert_int_equal(parse(text, &m, &st), ST_OK);
+	assert_int_equal(memplan_build(&p, &m, &topo, &o, a, &st), ST_OK);
+	assert_int_equal(p.n_combined, 0);
+	assert_int_equal(p.peak_bytes, 2 * MiB + 8 * MiB + scalars);
+}
+
 /* Over 16 GiB on a v3 core: refused with the padded buffers as the largest allocations. */
 static void test_plan_out_of_memory(void **state)
 {
@@ -281,6 +328,7 @@ int main(void)
 	    cmocka_unit_test(test_layout_bytes),
 	    cmocka_unit_test(test_plan_seed_all_gather),
 	    cmocka_unit_test(test_plan_all_gather_strategies),
+	    cmocka_unit_test(test_plan_combining_and_barriers),
 	    cmocka_unit_test(test_plan_liveness),
 	    cmocka_unit_test(test_plan_out_of_memory),
 	};

@@ -14,6 +14,7 @@ struct compile_options {
 	int64_t chunk_bytes; /* 0: the default */
 	int all_gather;      /* enum ag_strategy */
 	bool no_alias;
+	int64_t combine_threshold_bytes;
 };
 
 /* Reads, parses and plans the file for topo; returns a process exit code (1: does not fit). */

@@ -48,6 +48,7 @@ static void usage(FILE *f)
 	    "          --cores-per-host, --hbm), else for the running pod\n"
 	    "          [--json] [--layout tpu|none] [--chunk-bytes SIZE] [--no-alias]\n"
 	    "          [--all-gather-strategy native|via-all-reduce|decomposed]\n"
+	    "          [--combine-threshold-bytes SIZE (default 30M; 0: no combining)]\n"
 	    "\n"
 	    "every command takes --state-dir DIR (default $PODEMU_STATE_DIR, else a folder\n"
 	    "under $XDG_RUNTIME_DIR or /tmp)\n");
@@ -83,6 +84,7 @@ enum {
 	OPT_LAYOUT,
 	OPT_AG_STRATEGY,
 	OPT_NO_ALIAS,
+	OPT_COMBINE,
 };
 
 struct cli {
@@ -97,6 +99,7 @@ struct cli {
 	const char *layout;
 	const char *ag_strategy;
 	int no_alias;
+	const char *combine_threshold;
 };
 
 static int parse(struct cli *o, int argc, char **argv)
@@ -131,6 +134,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"layout", required_argument, NULL, OPT_LAYOUT},
 	    {"all-gather-strategy", required_argument, NULL, OPT_AG_STRATEGY},
 	    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
+	    {"combine-threshold-bytes", required_argument, NULL, OPT_COMBINE},
 	    {0, 0, 0, 0},
 	};
 	int c;
@@ -241,6 +245,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_NO_ALIAS:
 			o->no_alias = 1;
+			break;
+		case OPT_COMBINE:
+			o->combine_threshold = optarg;
 			break;
 		case OPT_HELP:
 			usage(stdout);
@@ -540,6 +547,13 @@ static int cmd_compile_file(const struct cli *o)
 		fprintf(stderr, "podemu compile: --chunk-bytes: %s\n", st.message);
 		return 2;
 	}
+	/* XLA's combiners merge up to 30 MiB by default. */
+	int64_t combine = 30 << 20;
+	if (o->combine_threshold != NULL &&
+	    parse_size(&combine, o->combine_threshold, &st) != ST_OK) {
+		fprintf(stderr, "podemu compile: --combine-threshold-bytes: %s\n", st.message);
+		return 2;
+	}
 	int strategy = ag_strategy_parse(o->ag_strategy ? o->ag_strategy : "native");
 	if (strategy < 0) {
 		fprintf(stderr, "podemu compile: --all-gather-strategy must be native, "
@@ -554,7 +568,8 @@ static int cmd_compile_file(const struct cli *o)
 	                             .tiled = o->layout == NULL || strcmp(o->layout, "tpu") == 0,
 	                             .chunk_bytes = chunk,
 	                             .all_gather = strategy,
-	                             .no_alias = o->no_alias};
+	                             .no_alias = o->no_alias,
+	                             .combine_threshold_bytes = combine};
 	return cmd_compile(&co, &topo);
 }
 
