@@ -98,6 +98,21 @@ pe up "${shape[@]}" | grep -q "started the 1 missing processes" || fail "coordin
 [[ $(cat "$state/agent-0.pid") == "$agent0" && $(cat "$state/agent-1.pid") == "$agent1" ]] ||
 	fail "podemu up restarted running agents"
 sums "a coordinator restart"
+# podemu bench: every op and dtype, checked against the host, JSON as the collectives issue says.
+for dtype in f32 bf16 s32; do
+	pe bench --op all-gather,reduce-scatter,all-reduce,all-to-all,collective-permute \
+		--dtype "$dtype" --min-bytes 64K --max-bytes 256K --factor 4 --iters 2 --check --json |
+		python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+assert b["world_size"] == 4 and len(b["rows"]) == 10, b
+for r in b["rows"]:
+    assert set(r) >= {"op", "bytes", "time_us", "algbw_gbps", "busbw_gbps", "peak_temp_bytes",
+                      "checked", "ok"}, r
+    assert r["checked"] and r["ok"], r
+    assert r["peak_temp_bytes"] == 0 or r["op"] in ("reduce-scatter", "all-reduce"), r' ||
+		fail "bench --dtype $dtype"
+done
 pe down >/dev/null
 
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.

@@ -5,6 +5,7 @@
  */
 #include "bench.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,9 +106,54 @@ static float value(int r, int64_t i)
 	return (float)((r * 7 + i * 3) % 9 - 4);
 }
 
+/* The benchmarked element types; the values are small integers, exact in each. */
+struct bench_dtype {
+	const char *name;
+	pe_dtype dtype;
+	int size;
+};
+
+static const struct bench_dtype dtypes[] = {
+    {"f32", PE_F32, 4}, {"bf16", PE_BF16, 2}, {"s32", PE_S32, 4}, {NULL, PE_F32, 0}};
+
+static void encode(const struct bench_dtype *t, float v, unsigned char *dst)
+{
+	if (t->dtype == PE_S32) {
+		int32_t i = (int32_t)v;
+		memcpy(dst, &i, 4);
+	} else if (t->dtype == PE_BF16) {
+		uint32_t bits;
+		memcpy(&bits, &v, 4);
+		uint16_t top = (uint16_t)(bits >> 16); /* small integers: exact */
+		memcpy(dst, &top, 2);
+	} else {
+		memcpy(dst, &v, 4);
+	}
+}
+
+static float decode(const struct bench_dtype *t, const unsigned char *src)
+{
+	float v;
+	if (t->dtype == PE_S32) {
+		int32_t i;
+		memcpy(&i, src, 4);
+		return (float)i;
+	}
+	if (t->dtype == PE_BF16) {
+		uint16_t top;
+		memcpy(&top, src, 2);
+		uint32_t bits = (uint32_t)top << 16;
+		memcpy(&v, &bits, 4);
+		return v;
+	}
+	memcpy(&v, src, 4);
+	return v;
+}
+
 /* Compares core r's output with the host's computation of the same collective. */
 static int check_core(enum bench_op op, const struct member_groups *mg, int world, int r,
-                      const float *got, int64_t in_elems, int64_t out_elems)
+                      const struct bench_dtype *t, const unsigned char *got, int64_t in_elems,
+                      int64_t out_elems)
 {
 	const int64_t *m = mg->ids + (int64_t)mg->group_of[r] * mg->n;
 	int p = mg->pos_of[r], n = mg->n;
@@ -134,7 +180,7 @@ static int check_core(enum bench_op op, const struct member_groups *mg, int worl
 			want = value((r + world - 1) % world, i);
 			break;
 		}
-		if (got[i] != want)
+		if (decode(t, got + i * t->size) != want)
 			return 0;
 	}
 	return 1;
@@ -175,13 +221,14 @@ struct row {
 };
 
 /* Runs one op at one size; fills row. Returns 0, or -1 after printing an error. */
-static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op, int64_t bytes,
-                   const pe_groups *g, const struct member_groups *mg, struct row *row)
+static int run_one(pe_client *c, const struct bench_options *o, const struct bench_dtype *t,
+                   enum bench_op op, int64_t bytes, const pe_groups *g,
+                   const struct member_groups *mg, struct row *row)
 {
 	int world = pe_world_size(c), n = mg->n;
 	/* Per-core input elements such that `bytes` is what nccl-tests calls the size: the
 	 * output for all-gather, the input for reduce-scatter, the buffer for the others. */
-	int64_t elems = bytes / 4, in_elems;
+	int64_t elems = bytes / t->size, in_elems;
 	if (op == B_AG)
 		in_elems = elems / n > 0 ? elems / n : 1;
 	else if (op == B_RS || op == B_A2A)
@@ -189,13 +236,13 @@ static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op
 	else
 		in_elems = elems > 0 ? elems : 1;
 	int64_t out_elems = op == B_AG ? in_elems * n : op == B_RS ? in_elems / n : in_elems;
-	float **data = calloc((size_t)world, sizeof(float *));
+	unsigned char **data = calloc((size_t)world, sizeof(*data));
 	for (int r = 0; r < world; r++) {
-		data[r] = malloc((size_t)in_elems * sizeof(float));
+		data[r] = malloc((size_t)in_elems * (size_t)t->size);
 		for (int64_t i = 0; i < in_elems; i++)
-			data[r][i] = value(r, i);
+			encode(t, value(r, i), data[r] + i * t->size);
 	}
-	pe_tensor *x = pe_upload(c, PE_F32, &in_elems, 1, (const void *const *)data);
+	pe_tensor *x = pe_upload(c, t->dtype, &in_elems, 1, (const void *const *)data);
 	for (int r = 0; r < world; r++)
 		free(data[r]);
 	free(data);
@@ -238,7 +285,7 @@ static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op
 	row->op = op;
 	row->count = op == B_AG ? out_elems : in_elems;
 
-	row->bytes = row->count * 4;
+	row->bytes = row->count * t->size;
 	row->time_us = total_us / o->iters;
 	row->algbw = row->time_us > 0 ? (double)row->bytes / row->time_us / 1e3 : 0;
 	row->busbw = row->algbw * bus_factor(op, op == B_PERMUTE ? 2 : n);
@@ -247,15 +294,15 @@ static int run_one(pe_client *c, const struct bench_options *o, enum bench_op op
 	row->checked = o->check;
 	row->ok = 1;
 	if (o->check) {
-		float *got = malloc((size_t)(out_elems ? out_elems : 1) * sizeof(float));
+		unsigned char *got = malloc((size_t)(out_elems ? out_elems : 1) * (size_t)t->size);
 		for (int r = 0; r < world && row->ok; r++) {
-			int rv = pe_fetch(y, r, got, (size_t)out_elems * sizeof(float));
+			int rv = pe_fetch(y, r, got, (size_t)out_elems * (size_t)t->size);
 			if (rv == PE_FAILED_PRECONDITION) {
 				row->checked = 0;
 				break;
 			}
-			row->ok =
-			    rv == PE_OK && check_core(op, mg, world, r, got, in_elems, out_elems);
+			row->ok = rv == PE_OK &&
+			          check_core(op, mg, world, r, t, got, in_elems, out_elems);
 		}
 		free(got);
 	}
@@ -281,8 +328,11 @@ int bench_run(pe_client *c, const struct bench_options *o)
 		}
 	}
 	free(ops);
-	if (strcmp(o->dtype, "f32") != 0) {
-		fprintf(stderr, "podemu bench: only --dtype f32 is benchmarked\n");
+	const struct bench_dtype *t = dtypes;
+	while (t->name != NULL && strcmp(t->name, o->dtype) != 0)
+		t++;
+	if (t->name == NULL) {
+		fprintf(stderr, "podemu bench: --dtype must be f32, bf16 or s32\n");
 		return 2;
 	}
 	struct member_groups mg = {0};
@@ -300,8 +350,8 @@ int bench_run(pe_client *c, const struct bench_options *o)
 		return 2;
 	}
 	if (!o->json) {
-		printf("# podemu bench: %s, %d cores, group size %d, %d iters, %d warmup\n",
-		       pe_topology(c), world, mg.n, o->iters, o->warmup);
+		printf("# podemu bench: %s, %d cores, group size %d, %s, %d iters, %d warmup\n",
+		       pe_topology(c), world, mg.n, t->name, o->iters, o->warmup);
 		printf("# %-18s %12s %12s %10s %9s %9s %12s %8s %s\n", "op", "size(B)", "count",
 		       "time(us)", "algbw", "busbw", "peak_temp(B)", "check", "algorithm");
 		printf("# %-18s %12s %12s %10s %9s %9s %12s %8s\n", "", "", "(elements)", "",
@@ -315,7 +365,7 @@ int bench_run(pe_client *c, const struct bench_options *o)
 			continue;
 		for (int64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= o->factor) {
 			struct row row;
-			if (run_one(c, o, (enum bench_op)k, bytes, g, &mg, &row) != 0) {
+			if (run_one(c, o, t, (enum bench_op)k, bytes, g, &mg, &row) != 0) {
 				rc = 1;
 				break;
 			}
