@@ -167,8 +167,23 @@ static int group_size(const struct hlo_instruction *in, int world, struct group_
 		return -1;
 	}
 	int size = n > 0 ? sizes[0] : world;
+	int64_t total = 0;
+	for (int g = 0; g < n; g++)
+		total += sizes[g];
+	for (int64_t k = 0; k < total; k++)
+		if (ids[k] >= world) {
+			status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "line %d: %s: replica_groups=%s names replica %lld, but the pod has "
+			    "%d cores",
+			    in->line, in->name, text, (long long)ids[k], world);
+			size = -1;
+			break;
+		}
 	free(ids);
 	free(sizes);
+	if (size < 0)
+		return -1;
 	*cache = (struct group_cache){text, size};
 	return size;
 }
@@ -418,8 +433,13 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	}
 	int64_t live = 0;
 	out->peak_bytes = -1;
+	out->n_instructions = n;
+	out->live = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	if (out->live == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int i = 0; i < n; i++) {
 		live += delta[i];
+		out->live[i] = live + scratch[i];
 		if (live + scratch[i] > out->peak_bytes) {
 			out->peak_bytes = live + scratch[i];
 			out->peak_at = i;
@@ -599,4 +619,94 @@ void memplan_print_json(FILE *f, const struct memplan *p, const struct status *e
 		json_string(f, error->message);
 		fprintf(f, "}}\n");
 	}
+}
+
+static void xml_text(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '<')
+			fputs("&lt;", f);
+		else if (*s == '>')
+			fputs("&gt;", f);
+		else if (*s == '&')
+			fputs("&amp;", f);
+		else if (*s == '"')
+			fputs("&quot;", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+void memplan_write_svg(FILE *f, const struct memplan *p, const struct topology *topo,
+                       const char *title)
+{
+	const double w = 960, h = 360, left = 80, right = 20, top = 40, bottom = 40;
+	int shown = p->n_peak_live < 12 ? p->n_peak_live : 12;
+	double total_h = h + 30 + 18.0 * shown;
+	int64_t ymax = p->peak_bytes > p->capacity ? p->peak_bytes : p->capacity;
+	if (ymax <= 0)
+		ymax = 1;
+	int n = p->n_instructions > 0 ? p->n_instructions : 1;
+	double pw = w - left - right, ph = h - top - bottom;
+#define X(i) (left + pw * ((double)(i) / (double)n))
+#define Y(v) (top + ph * (1.0 - (double)(v) / (double)ymax))
+	fprintf(f,
+	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+	        "font-family=\"monospace\" font-size=\"12\">\n"
+	        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" "
+	        "y=\"20\" font-size=\"14\">",
+	        w, total_h, left);
+	xml_text(f, title);
+	char peak[32], cap[32];
+	fprintf(f, " — live HBM per core over the program (%s, every core the same)</text>\n",
+	        topo->name);
+	/* Axes and the capacity. */
+	fprintf(f,
+	        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"
+	        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
+	        left, top, left, top + ph, left, top + ph, left + pw, top + ph);
+	fprintf(f,
+	        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"red\" "
+	        "stroke-dasharray=\"6,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" fill=\"red\">"
+	        "capacity %s</text>\n",
+	        left, Y(p->capacity), left + pw, Y(p->capacity), left + pw - 160,
+	        Y(p->capacity) - 4, status_human_bytes(cap, p->capacity));
+	for (int k = 0; k <= 4; k++) {
+		char label[32];
+		int64_t v = ymax / 4 * k;
+		fprintf(f, "<text x=\"4\" y=\"%.1f\">%s</text>\n", Y(v) + 4,
+		        status_human_bytes(label, v));
+	}
+	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">instruction (program order), 0..%d</text>\n", left,
+	        top + ph + 28, n - 1);
+	/* Live bytes as steps. */
+	fprintf(f, "<polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"1.5\" points=\"");
+	for (int i = 0; i < p->n_instructions; i++)
+		fprintf(f, "%.1f,%.1f %.1f,%.1f ", X(i), Y(p->live[i]), X(i + 1), Y(p->live[i]));
+	fprintf(f, "\"/>\n");
+	/* The peak and what is live there. */
+	double px = (X(p->peak_at) + X(p->peak_at + 1)) / 2, py = Y(p->peak_bytes);
+	fprintf(f,
+	        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"orange\"/>\n<text x=\"%.1f\" "
+	        "y=\"%.1f\">peak %s at %d (",
+	        px, py, px + 8 > left + pw - 240 ? px - 240 : px + 8, py - 6,
+	        status_human_bytes(peak, p->peak_bytes), p->peak_at);
+	xml_text(f, p->peak_name ? p->peak_name : "");
+	fprintf(f, ")</text>\n<text x=\"%.1f\" y=\"%.1f\">live at the peak:</text>\n", left,
+	        h + 14);
+	for (int k = 0; k < shown; k++) {
+		const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
+		char size[32], shape[256];
+		fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%9s  %-8s ", left, h + 32 + 18.0 * k,
+		        status_human_bytes(size, b->bytes), kind_name(b->kind));
+		xml_text(f, b->def->name);
+		fputs(" = ", f);
+		xml_text(f, hlo_shape_format(shape, sizeof(shape), &b->def->shape));
+		fputc(' ', f);
+		xml_text(f, b->op ? b->op : b->def->opcode);
+		fprintf(f, "</text>\n");
+	}
+	fprintf(f, "</svg>\n");
+#undef X
+#undef Y
 }

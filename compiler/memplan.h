@@ -71,6 +71,8 @@ struct memplan {
 	int64_t padding_bytes; /* of the buffers live at the peak */
 	int peak_at;           /* instruction index of the peak */
 	const char *peak_name; /* and its name */
+	int n_instructions;
+	int64_t *live; /* [n_instructions]: live bytes (scratch included) at each instruction */
 	int n_peak_live;
 	int *peak_live;       /* buffer indices live at the peak, largest first */
 	int64_t peak_scratch; /* collective scratch at the peak */
@@ -95,6 +97,13 @@ void memplan_print_oom(FILE *f, const struct memplan *p, const struct topology *
 
 /* The JSON memory report (one entry per core; none when p is NULL) and error (or null) into f. */
 void memplan_print_json(FILE *f, const struct memplan *p, const struct status *error);
+
+/*
+ * An SVG chart of live bytes over the program, the capacity, the peak marked and the live set
+ * at the peak listed, into f.
+ */
+void memplan_write_svg(FILE *f, const struct memplan *p, const struct topology *topo,
+                       const char *title);
 
 /* The text summary (fits or XLA's report) into f. */
 void memplan_print_text(FILE *f, const struct memplan *p, const struct topology *topo);

@@ -115,6 +115,56 @@ for r in b["rows"]:
 done
 pe down >/dev/null
 
+# podemu compile / mem on HLO text: offline, and for the running pod.
+hlo="$(dirname "$0")/hlo"
+"$bin/podemu" compile "$hlo/seed.hlo" --topology v3-8 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["error"] is None and len(r["cores"]) == 8, r
+for c in r["cores"]:
+    assert c["peak_bytes"] == 4831838208 and c["fits"] and c["temp_bytes"] == 0, c
+    assert c["sent_bytes"] == 7 * 2**29, c
+    assert [b["kind"] for b in c["peak_live"]] == ["output", "argument"], c' ||
+	fail "compile seed.hlo"
+for layout in tpu none; do
+	"$bin/podemu" compile "$hlo/padding.hlo" --topology v3-8 --layout $layout --json
+done | python3 -c '
+import json, sys
+text, dec, docs = sys.stdin.read(), json.JSONDecoder(), []
+while text.strip():
+    doc, end = dec.raw_decode(text.strip())
+    docs.append(doc)
+    text = text.strip()[end:]
+tpu, none = docs
+assert tpu["cores"][0]["peak_bytes"] == 12 * 2**30, tpu["cores"][0]
+assert tpu["cores"][0]["padding_bytes"] == 2 * (6 * 2**30 - 48 * 2**20), tpu["cores"][0]
+assert none["cores"][0]["peak_bytes"] == 96 * 2**20, none["cores"][0]' || fail "compile padding.hlo"
+if "$bin/podemu" compile "$hlo/too-big.hlo" --topology v3-8 >"$state/oom.txt" 2>&1; then
+	fail "a step over 16 GiB per v3 core was accepted"
+fi
+grep -q "Ran out of memory in memory space hbm. Used 18.00G of 15.48G hbm" "$state/oom.txt" ||
+	fail "no XLA out-of-memory text: $(head -3 "$state/oom.txt")"
+grep -q "Extra memory due to padding: 5.95G (128.0x expansion)" "$state/oom.txt" ||
+	fail "the largest allocations do not show the padding"
+if "$bin/podemu" compile "$hlo/undefined-operand.hlo" --topology v3-8 2>"$state/err.txt"; then
+	fail "bad HLO accepted"
+fi
+grep -q "line 4, column 26: q uses nope" "$state/err.txt" || fail "parse error: $(cat "$state/err.txt")"
+"$bin/podemu" mem "$hlo/seed.hlo" --topology v3-8 --svg "$state/seed.svg" >/dev/null
+python3 -c '
+import sys, xml.dom.minidom
+d = xml.dom.minidom.parse(sys.argv[1])
+text = " ".join(t.firstChild.data for t in d.getElementsByTagName("text") if t.firstChild)
+assert "peak 4.50G" in text and "capacity 15.48G" in text, text' "$state/seed.svg" ||
+	fail "mem --svg"
+pe up --hosts 2 --cores-per-host 4 --hbm 1G --backing none --port 0 >/dev/null
+{ pe compile "$hlo/seed.hlo" --json || [[ $? == 1 ]]; } | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert len(r["cores"]) == 8 and not r["cores"][0]["fits"], r["cores"][0]
+assert r["error"]["code"] == "RESOURCE_EXHAUSTED", r["error"]' || fail "compile for the running pod"
+pe down >/dev/null
+
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.
 pe up --topology v3-128 --backing none --port 0 >/dev/null
 pe demo --json >"$state/demo.json"

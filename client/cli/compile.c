@@ -65,6 +65,19 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	if (rv == ST_OK && (rv = memplan_build(&plan, &m, topo, &mo, a, &st)) != ST_OK)
 		status_set(&st, rv, "%s: %s", o->file, st.message);
 	int code = rv == ST_OK ? (plan.fits ? 0 : 1) : 2;
+	if (rv == ST_OK && o->svg != NULL) {
+		FILE *svg = fopen(o->svg, "w");
+		if (svg == NULL) {
+			fprintf(stderr, "podemu mem: cannot write %s\n", o->svg);
+			code = 2;
+		} else {
+			memplan_write_svg(svg, &plan, topo, m.name);
+			if (fclose(svg) != 0) {
+				fprintf(stderr, "podemu mem: cannot write %s\n", o->svg);
+				code = 2;
+			}
+		}
+	}
 	if (o->json) {
 		struct status oom;
 		const struct status *error = rv != ST_OK ? &st : NULL;

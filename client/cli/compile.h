@@ -15,6 +15,7 @@ struct compile_options {
 	int all_gather;      /* enum ag_strategy */
 	bool no_alias;
 	int64_t combine_threshold_bytes;
+	const char *svg; /* also draw the plan here (podemu mem) */
 };
 
 /* Reads, parses and plans the file for topo; returns a process exit code (1: does not fit). */

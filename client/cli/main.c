@@ -49,6 +49,8 @@ static void usage(FILE *f)
 	    "          [--json] [--layout tpu|none] [--chunk-bytes SIZE] [--no-alias]\n"
 	    "          [--all-gather-strategy native|via-all-reduce|decomposed]\n"
 	    "          [--combine-threshold-bytes SIZE (default 30M; 0: no combining)]\n"
+	    "  mem FILE.hlo --svg OUT.svg  the same, and a chart of live bytes over the program\n"
+	    "          with the peak marked and the live set at the peak listed\n"
 	    "\n"
 	    "every command takes --state-dir DIR (default $PODEMU_STATE_DIR, else a folder\n"
 	    "under $XDG_RUNTIME_DIR or /tmp)\n");
@@ -85,6 +87,7 @@ enum {
 	OPT_AG_STRATEGY,
 	OPT_NO_ALIAS,
 	OPT_COMBINE,
+	OPT_SVG,
 };
 
 struct cli {
@@ -100,6 +103,7 @@ struct cli {
 	const char *ag_strategy;
 	int no_alias;
 	const char *combine_threshold;
+	const char *svg;
 };
 
 static int parse(struct cli *o, int argc, char **argv)
@@ -135,6 +139,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"all-gather-strategy", required_argument, NULL, OPT_AG_STRATEGY},
 	    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
 	    {"combine-threshold-bytes", required_argument, NULL, OPT_COMBINE},
+	    {"svg", required_argument, NULL, OPT_SVG},
 	    {0, 0, 0, 0},
 	};
 	int c;
@@ -249,6 +254,9 @@ static int parse(struct cli *o, int argc, char **argv)
 		case OPT_COMBINE:
 			o->combine_threshold = optarg;
 			break;
+		case OPT_SVG:
+			o->svg = optarg;
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			exit(0);
@@ -257,7 +265,7 @@ static int parse(struct cli *o, int argc, char **argv)
 			return -1;
 		}
 	}
-	if (optind < argc && strcmp(argv[0], "compile") == 0)
+	if (optind < argc && (strcmp(argv[0], "compile") == 0 || strcmp(argv[0], "mem") == 0))
 		o->file = argv[optind++];
 	if (optind != argc) {
 		fprintf(stderr, "podemu: unexpected argument '%s'\n", argv[optind]);
@@ -569,7 +577,8 @@ static int cmd_compile_file(const struct cli *o)
 	                             .chunk_bytes = chunk,
 	                             .all_gather = strategy,
 	                             .no_alias = o->no_alias,
-	                             .combine_threshold_bytes = combine};
+	                             .combine_threshold_bytes = combine,
+	                             .svg = o->svg};
 	return cmd_compile(&co, &topo);
 }
 
@@ -608,6 +617,14 @@ int main(int argc, char **argv)
 		return cmd_bench(&o);
 	if (strcmp(cmd, "compile") == 0)
 		return cmd_compile_file(&o);
+	if (strcmp(cmd, "mem") == 0) {
+		if (o.svg == NULL) {
+			fprintf(stderr,
+			        "podemu mem: where to draw? (podemu mem FILE.hlo --svg OUT.svg)\n");
+			return 2;
+		}
+		return cmd_compile_file(&o);
+	}
 	fprintf(stderr, "podemu: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return 2;
