@@ -113,6 +113,18 @@ for r in b["rows"]:
     assert r["peak_temp_bytes"] == 0 or r["op"] in ("reduce-scatter", "all-reduce"), r' ||
 		fail "bench --dtype $dtype"
 done
+# --backing host: an agent's RSS stays within what its cores account plus a fixed overhead: the
+# freed pages each heap keeps for reuse (128 MiB per core) and the chunk buffers (96 MiB here).
+pe bench --op all-gather,reduce-scatter,all-reduce --min-bytes 16M --max-bytes 16M --iters 1 \
+	>/dev/null
+pe status --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+for h in s["hosts"]:
+    bound = h["accounted_bytes"] + 2 * (128 << 20) + (96 << 20)
+    print("host %d: RSS %d MiB, accounted %d MiB, bound %d MiB" % (h["index"], h["rss_bytes"] >> 20,
+          h["accounted_bytes"] >> 20, bound >> 20))
+    assert 0 < h["rss_bytes"] <= bound, h' || fail "agent RSS over accounted HBM + overhead"
 pe down >/dev/null
 
 # podemu compile / mem on HLO text: offline, and for the running pod.
