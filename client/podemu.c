@@ -777,6 +777,39 @@ int64_t pe_last_step_scratch_bytes(pe_client *c, int k)
 	return k >= 0 && k < c->num_colls ? c->coll_scratch[k] : 0;
 }
 
+/* The pending graph as a step: its outputs are the nodes of the tensors still held. */
+struct pending_step {
+	Podemu__Graph graph;
+	pe_tensor **holders; /* [graph.n_outputs], malloc'd */
+};
+
+static int pending_step(pe_client *c, struct pending_step *p)
+{
+	int num_outputs = 0;
+	for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
+		num_outputs += t->node >= 0;
+	int32_t *outputs = arena_calloc(c->graph_arena, (size_t)num_outputs + 1, sizeof(int32_t));
+	p->holders = calloc((size_t)num_outputs + 1, sizeof(*p->holders));
+	if (outputs == NULL || p->holders == NULL) {
+		free(p->holders);
+		return fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	int k = 0;
+	for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
+		if (t->node >= 0) {
+			p->holders[k] = t;
+			outputs[k++] = t->node;
+		}
+	podemu__graph__init(&p->graph);
+	p->graph.nodes = c->nodes;
+	p->graph.n_nodes = (size_t)c->num_nodes;
+	p->graph.outputs = outputs;
+	p->graph.n_outputs = (size_t)num_outputs;
+	p->graph.mesh = c->mesh;
+	p->graph.n_mesh = c->num_mesh;
+	return ST_OK;
+}
+
 int pe_mark_step(pe_client *c)
 {
 	int rv = ST_OK;
@@ -788,30 +821,12 @@ int pe_mark_step(pe_client *c)
 		c->num_release = 0;
 		return rv;
 	}
-	int num_outputs = 0;
-	for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
-		num_outputs += t->node >= 0;
-	int32_t *outputs = arena_calloc(c->graph_arena, (size_t)num_outputs + 1, sizeof(int32_t));
-	pe_tensor **holders = calloc((size_t)num_outputs + 1, sizeof(*holders));
-	if (outputs == NULL || holders == NULL) {
-		free(holders);
-		return fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	}
-	int k = 0;
-	for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
-		if (t->node >= 0) {
-			holders[k] = t;
-			outputs[k++] = t->node;
-		}
-	Podemu__Graph graph = PODEMU__GRAPH__INIT;
-	graph.nodes = c->nodes;
-	graph.n_nodes = (size_t)c->num_nodes;
-	graph.outputs = outputs;
-	graph.n_outputs = (size_t)num_outputs;
-	graph.mesh = c->mesh;
-	graph.n_mesh = c->num_mesh;
+	struct pending_step p;
+	if ((rv = pending_step(c, &p)) != ST_OK)
+		return rv;
+	int num_outputs = (int)p.graph.n_outputs;
 	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
-	req.graph = &graph;
+	req.graph = &p.graph;
 	req.release_after = c->release_after;
 	req.n_release_after = c->num_release;
 	struct arena *a;
@@ -822,15 +837,51 @@ int pe_mark_step(pe_client *c)
 		rv = fail(c, ST_INTERNAL, "coordinator returned %zu outputs for %d",
 		          rep->n_output_handles, num_outputs);
 	for (int i = 0; i < num_outputs; i++) {
-		holders[i]->node = -1;
-		holders[i]->handle = rv == ST_OK ? rep->output_handles[i] : 0;
+		p.holders[i]->node = -1;
+		p.holders[i]->handle = rv == ST_OK ? rep->output_handles[i] : 0;
 	}
 	if (rv == ST_OK)
 		record_collectives(c, rep);
 	arena_free(a);
-	free(holders);
+	free(p.holders);
 	if (graph_reset(c) != ST_OK && rv == ST_OK)
 		rv = fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	return rv;
+}
+
+int pe_plan_step(pe_client *c, pe_step_plan *out)
+{
+	memset(out, 0, sizeof(*out));
+	c->code = PE_OK;
+	c->error[0] = '\0';
+	int rv = ST_OK;
+	struct pending_step p;
+	if ((rv = pending_step(c, &p)) != ST_OK)
+		return rv;
+	free(p.holders);
+	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
+	req.graph = &p.graph;
+	req.compile_only = true;
+	struct arena *a;
+	void *reply;
+	rv = p.graph.n_nodes == 0 ? ST_OK
+	                          : call(c, CM_EXECUTE_STEP, &req, &a, &reply, STEP_TIMEOUT_MS);
+	if (p.graph.n_nodes == 0) {
+		out->fits = 1; /* nothing to run */
+		return PE_OK;
+	}
+	if (rv == ST_OK) {
+		const Podemu__StepReply *rep = reply;
+		out->argument_bytes = rep->argument_bytes;
+		out->output_bytes = rep->output_bytes;
+		out->temp_bytes = rep->temp_bytes;
+		out->peak_bytes = rep->argument_bytes + rep->output_bytes + rep->temp_bytes;
+		out->bytes_limit = rep->bytes_limit;
+		out->fits = rep->fits;
+		snprintf(out->oom_message, sizeof(out->oom_message), "%s",
+		         rep->oom_message ? rep->oom_message : "");
+	}
+	arena_free(a);
 	return rv;
 }
 

@@ -587,6 +587,18 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	struct plan plan;
 	if ((rv = plan_step(&plan, a, g, shapes, out_handles, scratch, st)) != ST_OK)
 		return rv;
+	if (req->compile_only) {
+		/* "Would this fit?": the plan's figures, and XLA's text when it does not. */
+		struct status oom;
+		rep->argument_bytes = plan.argument_bytes;
+		rep->output_bytes = plan.output_bytes;
+		rep->temp_bytes = plan.temp_bytes;
+		rep->bytes_limit = topology_bytes_limit(t);
+		rep->fits = check_fits(co, &plan, &oom) == ST_OK;
+		if (!rep->fits)
+			rep->oom_message = arena_strdup(a, oom.message);
+		return ST_OK;
+	}
 	if ((rv = check_fits(co, &plan, st)) != ST_OK)
 		return rv;
 	for (size_t i = 0; i < g->n_nodes; i++)
@@ -703,9 +715,16 @@ static int h_execute_step(void *state, struct arena *a, const void *request, voi
 	const Podemu__StepRequest *req = request;
 	struct rpc_client **clients;
 	char **data_urls;
+	bool ran = false;
+	if (req->compile_only) { /* nothing is dispatched, so the pod need not be ready */
+		pthread_mutex_lock(&co->step_lock);
+		int rv = execute_locked(co, a, req, reply, NULL, NULL, &ran, st);
+		pthread_mutex_unlock(&co->step_lock);
+		return rv;
+	}
 	pthread_mutex_lock(&co->step_lock);
 	int rv = snapshot_hosts(co, a, &clients, &data_urls, st);
-	bool ready = rv == ST_OK, ran = false;
+	bool ready = rv == ST_OK;
 	if (ready)
 		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, st);
 	/* What the client released is gone whether or not the step worked. */

@@ -137,6 +137,47 @@ static void test_large_all_gather_in_chunks(void **state)
 	pe_mark_step(c);
 }
 
+/*
+ * "Would this fit?": a compile-only step reports the plan without running it, leaves the graph
+ * pending, and the step then run peaks at exactly the planned bytes; a plan that does not fit
+ * says so in XLA's words, and running it fails the same way. Runs first: peaks are cumulative.
+ */
+static void test_plan_step_says_whether_it_fits(void **state)
+{
+	pe_client *c = *state;
+	int64_t n = 2 * MiB; /* 8 MiB of f32 per core, gathered into 32 MiB */
+	pe_tensor *x = pe_full(c, PE_F32, &n, 1, 1.0);
+	pe_tensor *y = pe_all_gather(x, 0);
+	pe_release(x); /* a temporary of the step */
+	pe_step_plan p;
+	assert_int_equal(pe_plan_step(c, &p), PE_OK);
+	assert_true(p.fits);
+	assert_int_equal(p.argument_bytes, 0);
+	assert_int_equal(p.output_bytes, 32 * MiB);
+	assert_int_equal(p.temp_bytes, 8 * MiB);
+	assert_int_equal(p.peak_bytes, 40 * MiB);
+	assert_int_equal(p.bytes_limit, 64 * MiB);
+	assert_string_equal(p.oom_message, "");
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	pe_memory_info m[WORLD];
+	assert_int_equal(pe_memory_info_all(c, m, WORLD), PE_OK);
+	for (int r = 0; r < WORLD; r++)
+		assert_int_equal(m[r].peak_bytes_used, p.peak_bytes);
+	pe_release(y);
+
+	n = 4 * MiB; /* 16 MiB in, 64 MiB out: over the 64 MiB heap */
+	x = pe_full(c, PE_F32, &n, 1, 1.0);
+	y = pe_all_gather(x, 0);
+	assert_int_equal(pe_plan_step(c, &p), PE_OK);
+	assert_false(p.fits);
+	assert_non_null(strstr(p.oom_message,
+	                       "Ran out of memory in memory space hbm. Used 80.00M of "
+	                       "64.00M hbm. Exceeded hbm capacity by 16.00M."));
+	assert_int_equal(pe_mark_step(c), PE_RESOURCE_EXHAUSTED);
+	pe_release(x);
+	pe_release(y);
+}
+
 static void test_memory_accounting_is_exact(void **state)
 {
 	pe_client *c = *state;
@@ -289,6 +330,7 @@ static void test_optimization_barrier_keeps_values(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_plan_step_says_whether_it_fits),
 	    cmocka_unit_test(test_ops_match_host),
 	    cmocka_unit_test(test_all_gather_moves_real_bytes_across_agents),
 	    cmocka_unit_test(test_large_all_gather_in_chunks),

@@ -195,6 +195,24 @@ PE_API int64_t pe_last_step_scratch_bytes(pe_client *c, int k);
  */
 PE_API int pe_mark_step(pe_client *c);
 
+/* What a step would need on each core (the plan is the same on every core). */
+typedef struct pe_step_plan {
+	int64_t argument_bytes; /* device buffers the step reads */
+	int64_t output_bytes;   /* tensors still held, which become device buffers */
+	int64_t temp_bytes;     /* everything else, reserved for the step's duration */
+	int64_t peak_bytes;     /* the sum: what the step needs at once */
+	int64_t bytes_limit;    /* usable HBM per core */
+	int fits;               /* peak_bytes <= bytes_limit */
+	char oom_message[1024]; /* XLA's "Ran out of memory in memory space hbm..." when not */
+} pe_step_plan;
+
+/*
+ * Compile-only mark_step: checks and plans the pending graph as pe_mark_step would, and says
+ * whether it fits, without running it; the pending graph stays pending. PE_OK whether it fits
+ * or not (see out->fits); an error for a graph that is wrong.
+ */
+PE_API int pe_plan_step(pe_client *c, pe_step_plan *out);
+
 /*
  * Copies a tensor from one core into dst (dst_bytes must be the tensor's byte size). A pending
  * tensor runs pe_mark_step first, as torch_xla does. Under --backing none there are no bytes:
