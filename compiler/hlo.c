@@ -129,6 +129,46 @@ static int fail(struct reader *r, const char *at, const char *fmt, ...)
 	return status_set(r->st, ST_INVALID_ARGUMENT, "line %d, column %d: %s", line, col, msg);
 }
 
+/* The text [s, e) copied into the arena, or NULL after an error. */
+static const char *copy_text(struct reader *r, const char *s, const char *e)
+{
+	size_t n = (size_t)(e - s);
+	char *t = arena_alloc(r->a, n + 1);
+	if (t == NULL) {
+		fail(r, s, "out of host memory");
+		return NULL;
+	}
+	memcpy(t, s, n);
+	t[n] = '\0';
+	return t;
+}
+
+/* Makes room for item n of an arena array of *cap items of size bytes (doubling it). */
+static int reserve(struct reader *r, void *items_ptr, int n, int *cap, size_t size, const char *at)
+{
+	void **items = items_ptr;
+	if (n < *cap)
+		return ST_OK;
+	int grown = *cap > 0 ? *cap * 2 : 8;
+	void *more = arena_calloc(r->a, (size_t)grown, size);
+	if (more == NULL)
+		return fail(r, at, "out of host memory");
+	if (n > 0)
+		memcpy(more, *items, (size_t)n * size);
+	*items = more;
+	*cap = grown;
+	return ST_OK;
+}
+
+/* FNV-1a of a name, for the instruction table. */
+static uint64_t name_hash(const char *name)
+{
+	uint64_t h = 1469598103934665603u;
+	for (const char *q = name; *q; q++)
+		h = (h ^ (unsigned char)*q) * 1099511628211u;
+	return h;
+}
+
 /* Skips blanks and comments; stops at a newline when stop_at_newline. */
 static void skip_space(struct reader *r, bool stop_at_newline)
 {
@@ -191,15 +231,7 @@ static const char *word(struct reader *r)
 		r->p++;
 	if (r->p == s)
 		return NULL;
-	size_t n = (size_t)(r->p - s);
-	char *w = arena_alloc(r->a, n + 1);
-	if (w == NULL) {
-		fail(r, s, "out of host memory");
-		return NULL;
-	}
-	memcpy(w, s, n);
-	w[n] = '\0';
-	return w;
+	return copy_text(r, s, r->p);
 }
 
 /* A name without its leading '%'. */
@@ -268,15 +300,7 @@ static const char *balanced(struct reader *r)
 		fail(r, s, "unterminated '%c'", *s);
 		return NULL;
 	}
-	size_t n = (size_t)(r->p - s);
-	char *t = arena_alloc(r->a, n + 1);
-	if (t == NULL) {
-		fail(r, s, "out of host memory");
-		return NULL;
-	}
-	memcpy(t, s, n);
-	t[n] = '\0';
-	return t;
+	return copy_text(r, s, r->p);
 }
 
 static enum hlo_type type_parse(const char *w)
@@ -339,15 +363,8 @@ static int shape(struct reader *r, struct hlo_shape *out, int depth)
 		do {
 			if (out->n_tuple == MAX_TUPLE)
 				return fail(r, s, "a tuple of more than %d elements", MAX_TUPLE);
-			if (out->n_tuple == cap) {
-				struct hlo_shape *more =
-				    arena_calloc(r->a, (size_t)cap * 2, sizeof(*more));
-				if (more == NULL)
-					return fail(r, s, "out of host memory");
-				memcpy(more, list, (size_t)cap * sizeof(*more));
-				list = more;
-				cap *= 2;
-			}
+			if (reserve(r, &list, out->n_tuple, &cap, sizeof(*list), s) != ST_OK)
+				return ST_INVALID_ARGUMENT;
 			if (shape(r, &list[out->n_tuple], depth + 1) != ST_OK)
 				return ST_INVALID_ARGUMENT;
 			out->n_tuple++;
@@ -417,17 +434,9 @@ static int push_instruction(struct reader *r, struct comp_builder *b, struct hlo
 	if (b->c->n_instructions == HLO_MAX_INSTRUCTIONS)
 		return fail(r, at, "more than %d instructions in %s", HLO_MAX_INSTRUCTIONS,
 		            b->c->name);
-	if (b->c->n_instructions == b->cap) {
-		int cap = b->cap ? b->cap * 2 : 64;
-		struct hlo_instruction **list = arena_calloc(r->a, (size_t)cap, sizeof(*list));
-		if (list == NULL)
-			return fail(r, at, "out of host memory");
-		if (b->c->n_instructions > 0)
-			memcpy(list, b->c->instructions,
-			       (size_t)b->c->n_instructions * sizeof(*list));
-		b->c->instructions = list;
-		b->cap = cap;
-	}
+	if (reserve(r, &b->c->instructions, b->c->n_instructions, &b->cap,
+	            sizeof(*b->c->instructions), at) != ST_OK)
+		return ST_INVALID_ARGUMENT;
 	in->index = b->c->n_instructions;
 	b->c->instructions[b->c->n_instructions++] = in;
 	return ST_OK;
@@ -492,15 +501,7 @@ static const char *attribute_value(struct reader *r)
 		fail(r, s, "expected an attribute value");
 		return NULL;
 	}
-	size_t n = (size_t)(r->p - s);
-	char *t = arena_alloc(r->a, n + 1);
-	if (t == NULL) {
-		fail(r, s, "out of host memory");
-		return NULL;
-	}
-	memcpy(t, s, n);
-	t[n] = '\0';
-	return t;
+	return copy_text(r, s, r->p);
 }
 
 static int attribute(struct reader *r, struct hlo_instruction *in)
@@ -621,15 +622,8 @@ static int instruction(struct reader *r, struct comp_builder *b, struct pending_
 					return fail(r, oat, "expected an operand name");
 				if (n == MAX_OPERANDS)
 					return fail(r, oat, "more than %d operands", MAX_OPERANDS);
-				if (n == cap) {
-					struct pending_operand *more =
-					    arena_calloc(r->a, (size_t)cap * 2, sizeof(*more));
-					if (more == NULL)
-						return fail(r, oat, "out of host memory");
-					memcpy(more, ops, (size_t)cap * sizeof(*ops));
-					ops = more;
-					cap *= 2;
-				}
+				if (reserve(r, &ops, n, &cap, sizeof(*ops), oat) != ST_OK)
+					return ST_INVALID_ARGUMENT;
 				ops[n++] = (struct pending_operand){bare(name), oat};
 			} while (accept(r, ','));
 			if (expect(r, ')', "to end the operands") != ST_OK)
@@ -662,10 +656,7 @@ static int resolve(struct reader *r, struct hlo_computation *c, struct pending_o
 		return fail(r, r->p, "out of host memory");
 	for (int i = 0; i < c->n_instructions; i++) {
 		struct hlo_instruction *in = c->instructions[i];
-		uint64_t h = 1469598103934665603u;
-		for (const char *q = in->name; *q; q++)
-			h = (h ^ (unsigned char)*q) * 1099511628211u;
-		size_t k = h & (cap - 1);
+		size_t k = name_hash(in->name) & (cap - 1);
 		while (table[k] != NULL) {
 			if (strcmp(table[k]->name, in->name) == 0) {
 				const char *at = r->start;
@@ -687,10 +678,7 @@ static int resolve(struct reader *r, struct hlo_computation *c, struct pending_o
 			return fail(r, r->p, "out of host memory");
 		for (int j = 0; j < in->n_operands; j++) {
 			const char *name = ops[i][j].name;
-			uint64_t h = 1469598103934665603u;
-			for (const char *q = name; *q; q++)
-				h = (h ^ (unsigned char)*q) * 1099511628211u;
-			size_t k = h & (cap - 1);
+			size_t k = name_hash(name) & (cap - 1);
 			while (table[k] != NULL && strcmp(table[k]->name, name) != 0)
 				k = (k + 1) & (cap - 1);
 			if (table[k] == NULL)
@@ -753,15 +741,8 @@ static int computation(struct reader *r, struct hlo_module *m, struct hlo_comput
 		struct hlo_instruction *in = NULL;
 		if (instruction(r, &b, &in_ops, &in) != ST_OK)
 			return ST_INVALID_ARGUMENT;
-		if (c->n_instructions > cap_ops) {
-			struct pending_operand **more =
-			    arena_calloc(r->a, (size_t)cap_ops * 2, sizeof(*more));
-			if (more == NULL)
-				return fail(r, at, "out of host memory");
-			memcpy(more, ops, (size_t)cap_ops * sizeof(*ops));
-			ops = more;
-			cap_ops *= 2;
-		}
+		if (reserve(r, &ops, c->n_instructions - 1, &cap_ops, sizeof(*ops), at) != ST_OK)
+			return ST_INVALID_ARGUMENT;
 		ops[c->n_instructions - 1] = in_ops;
 		if (in->is_root) {
 			if (c->root != NULL)
@@ -849,15 +830,9 @@ int hlo_parse(const char *text, size_t len, struct arena *a, struct hlo_module *
 				            out->entry->name, c->name);
 			out->entry = c;
 		}
-		if (out->n_computations == cap) {
-			struct hlo_computation **more =
-			    arena_calloc(a, (size_t)cap * 2, sizeof(*more));
-			if (more == NULL)
-				return fail(&r, r.p, "out of host memory");
-			memcpy(more, out->computations, (size_t)cap * sizeof(*more));
-			out->computations = more;
-			cap *= 2;
-		}
+		if (reserve(&r, &out->computations, out->n_computations, &cap,
+		            sizeof(*out->computations), r.p) != ST_OK)
+			return ST_INVALID_ARGUMENT;
 		out->computations[out->n_computations++] = c;
 	}
 	if (out->n_computations == 0)

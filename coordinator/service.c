@@ -323,6 +323,32 @@ static void watch_answered(struct step_watch *w, int host, const struct status *
 	pthread_mutex_unlock(&w->lock);
 }
 
+/*
+ * Aborts the watched step on host h with code and reason (2 s at most). Returns the RPC's code;
+ * with positions (cores_per_host ints) the host's answer says where its cores were, -1 each
+ * when it did not answer it.
+ */
+static int abort_on_host(struct step_watch *w, int h, int code, const char *reason, int *positions)
+{
+	int cph = w->co->reg.topo.cores_per_host;
+	struct arena *a = arena_new();
+	Podemu__AbortRequest req = PODEMU__ABORT_REQUEST__INIT;
+	req.step_id = w->step_id;
+	req.code = code;
+	req.reason = (char *)reason;
+	void *reply = NULL;
+	struct status st;
+	int rv = a == NULL ? ST_RESOURCE_EXHAUSTED
+	                   : rpc_call(w->clients[h], &podemu__agent__descriptor, AM_ABORT_STEP,
+	                              &req, a, &reply, 2000, &st);
+	const Podemu__AbortReply *rep = reply;
+	for (int c = 0; positions != NULL && c < cph; c++)
+		positions[c] =
+		    rv == ST_OK && rep->n_core_node == (size_t)cph ? rep->core_node[c] : -1;
+	arena_free(a);
+	return rv;
+}
+
 /* Appends " a..b" or " a" ranges of the marked ordinals to out; returns how many. */
 static int format_cores(char *out, size_t len, const bool *marked, int n)
 {
@@ -363,27 +389,17 @@ static void watch_deadline(struct step_watch *w, const bool *answered)
 	for (int h = 0; h < hosts; h++) {
 		if (answered[h])
 			continue;
-		struct arena *a = arena_new();
-		Podemu__AbortRequest req = PODEMU__ABORT_REQUEST__INIT;
-		req.step_id = w->step_id;
-		req.code = ST_DEADLINE_EXCEEDED;
-		req.reason = reason;
-		void *reply = NULL;
-		struct status st;
-		int rv = a == NULL ? ST_RESOURCE_EXHAUSTED
-		                   : rpc_call(w->clients[h], &podemu__agent__descriptor,
-		                              AM_ABORT_STEP, &req, a, &reply, 2000, &st);
-		Podemu__AbortReply *rep = reply;
-		if (rv == ST_OK && rep->n_core_node == (size_t)cph) {
+		int where[cph];
+		int rv = abort_on_host(w, h, ST_DEADLINE_EXCEEDED, reason, where);
+		if (rv == ST_OK) {
 			for (int c = 0; c < cph; c++)
-				computing[h * cph + c] = rep->core_node[c] == -1;
-		} else if (rv != ST_OK && rv != ST_NOT_FOUND) {
+				computing[h * cph + c] = where[c] == -1;
+		} else if (rv != ST_NOT_FOUND) {
 			/* Frozen or gone: its RunStep will not answer either. */
 			for (int c = 0; c < cph; c++)
 				silent[h * cph + c] = true;
 			rpc_cancel_fire(&w->cancels[h], reason);
 		}
-		arena_free(a);
 	}
 	char missing[STATUS_MESSAGE_MAX / 2] = "";
 	char list[STATUS_MESSAGE_MAX / 4] = "";
@@ -461,17 +477,7 @@ static void *watch_main(void *arg)
 		for (int h = 0; h < hosts && w->step_id != 0; h++) {
 			if (h == lost)
 				continue;
-			struct arena *a = arena_new();
-			Podemu__AbortRequest req = PODEMU__ABORT_REQUEST__INIT;
-			req.step_id = w->step_id;
-			req.code = ST_UNAVAILABLE;
-			req.reason = reason;
-			void *reply;
-			struct status st;
-			if (a != NULL)
-				rpc_call(w->clients[h], &podemu__agent__descriptor, AM_ABORT_STEP,
-				         &req, a, &reply, 2000, &st);
-			arena_free(a);
+			abort_on_host(w, h, ST_UNAVAILABLE, reason, NULL);
 		}
 		pthread_mutex_lock(&w->lock);
 		break;

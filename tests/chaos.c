@@ -20,13 +20,6 @@
 /* A step slower than this counts as a hang: lease 3 s + the restart + a wide margin. */
 #define HANG_S 20.0
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 struct killer {
 	int host;
 	int delay_ms;
@@ -52,7 +45,7 @@ static void *kill_and_restart(void *arg)
 	char name[32];
 	snprintf(name, sizeof(name), "agent-%d", k->host);
 	pthread_mutex_lock(&k->lock);
-	k->killed_at = now_s();
+	k->killed_at = pod_now_s();
 	pthread_mutex_unlock(&k->lock);
 	int restarted = pod_restart(name, SIGKILL, "registered as host") > 0;
 	pthread_mutex_lock(&k->lock);
@@ -113,9 +106,9 @@ int main(int argc, char **argv)
 		int joined = 0, ok_after = 0;
 		/* Steps until the agent is back and a step after that succeeded. */
 		while (!joined || ok_after == 0) {
-			double t0 = now_s();
+			double t0 = pod_now_s();
 			int rv = one_step(c, rand() % CORES, &wrong);
-			double t1 = now_s(), killed_at;
+			double t1 = pod_now_s(), killed_at;
 			int done;
 			killer_state(&k, &killed_at, &done);
 			if (t1 - t0 > HANG_S)
@@ -148,7 +141,7 @@ int main(int argc, char **argv)
 		/* Ready again, and nothing left allocated on any core (nothing is held). */
 		if (pe_wait_ready(c, 30000) != PE_OK)
 			hangs++;
-		double ready = now_s() - k.killed_at;
+		double ready = pod_now_s() - k.killed_at;
 		if (ready > worst_ready)
 			worst_ready = ready;
 		pe_memory_info m[CORES];

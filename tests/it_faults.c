@@ -22,13 +22,6 @@ static pid_t agent_pid(int host)
 	return pod_pid(name);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 struct killer {
 	pid_t pid;
 	int sig;
@@ -41,7 +34,7 @@ static void *kill_later(void *arg)
 	struct killer *k = arg;
 	struct timespec ts = {k->delay_ms / 1000, (long)(k->delay_ms % 1000) * 1000000};
 	nanosleep(&ts, NULL);
-	k->at = now_s();
+	k->at = pod_now_s();
 	kill(k->pid, k->sig);
 	return NULL;
 }
@@ -65,7 +58,7 @@ static void test_peer_killed_mid_collective(void **state)
 	pthread_t t;
 	pthread_create(&t, NULL, kill_later, &k);
 	int rv = pe_mark_step(c);
-	double done = now_s();
+	double done = pod_now_s();
 	pthread_join(t, NULL);
 	assert_int_equal(rv, PE_UNAVAILABLE);
 	assert_non_null(strstr(pe_last_error(c), "host 1 (cores 1..1) is lost"));
@@ -89,10 +82,10 @@ static void test_frozen_peer_fails_the_step(void **state)
 	assert_int_equal(pe_mark_step(c), PE_OK);
 	pid_t frozen = agent_pid(1);
 	kill(frozen, SIGSTOP);
-	double t0 = now_s();
+	double t0 = pod_now_s();
 	pe_tensor *y = pe_all_gather(x, 0);
 	int rv = pe_mark_step(c);
-	double took = now_s() - t0;
+	double took = pod_now_s() - t0;
 	kill(frozen, SIGCONT);
 	/* Either the lease had expired when the step came (not ready) or it fails mid-way. */
 	assert_true(rv == PE_UNAVAILABLE || rv == PE_FAILED_PRECONDITION);
@@ -224,9 +217,9 @@ static void test_collective_never_reached(void **state)
 
 	int64_t n = 1024;
 	pe_tensor *y = pe_all_reduce(pe_full(c, PE_F32, &n, 1, 1.0), PE_REDUCE_SUM, 1.0, NULL);
-	double t0 = now_s();
+	double t0 = pod_now_s();
 	assert_int_equal(pe_mark_step(c), PE_DEADLINE_EXCEEDED);
-	double took = now_s() - t0;
+	double took = pod_now_s() - t0;
 	assert_non_null(strstr(pe_last_error(c), "never arrived: cores 2..3 (still computing)"));
 	assert_true(took < 1.0 + 2.0);
 	pe_memory_info m[4];
@@ -241,9 +234,9 @@ static void test_collective_never_reached(void **state)
 	pthread_t t;
 	pthread_create(&t, NULL, freeze_when_stalled, &f);
 	y = pe_all_reduce(pe_full(c, PE_F32, &n, 1, 1.0), PE_REDUCE_SUM, 1.0, NULL);
-	t0 = now_s();
+	t0 = pod_now_s();
 	int rv = pe_mark_step(c);
-	took = now_s() - t0;
+	took = pod_now_s() - t0;
 	pthread_join(t, NULL);
 	kill(stalled, SIGCONT);
 	assert_true(f.frozen);

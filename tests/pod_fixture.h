@@ -72,6 +72,14 @@ static pe_client *pod_start(const char *args)
 	return c;
 }
 
+/* Seconds on the monotonic clock. */
+static inline double pod_now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 /* The pid of a pod daemon ("coordinator", "agent-1"), or 0. */
 static inline pid_t pod_pid(const char *name)
 {
