@@ -518,15 +518,20 @@ static int attribute(struct reader *r, struct hlo_instruction *in)
 		return ST_INVALID_ARGUMENT;
 	if (strcmp(key, "dimensions") == 0)
 		return int_list(r, v, at, &in->dimensions, &in->n_dimensions);
-	if (strcmp(key, "index") == 0) {
+	if (strcmp(key, "index") == 0 || strcmp(key, "iota_dimension") == 0) {
 		int64_t *list;
 		int n;
 		if (int_list(r, v, at, &list, &n) != ST_OK)
 			return ST_INVALID_ARGUMENT;
 		if (n != 1 || list[0] < 0)
-			return fail(r, at, "index=%s is not a tuple index", v);
-		in->has_index = true;
-		in->tuple_index = list[0];
+			return fail(r, at, "%s=%s is not an index", key, v);
+		if (key[0] == 'i' && key[1] == 'n') {
+			in->has_index = true;
+			in->tuple_index = list[0];
+		} else {
+			in->has_iota_dimension = true;
+			in->iota_dimension = list[0];
+		}
 	} else if (strcmp(key, "replica_groups") == 0) {
 		in->replica_groups = v;
 	} else if (strcmp(key, "source_target_pairs") == 0) {

@@ -83,7 +83,9 @@ struct hlo_instruction {
 	int n_dimensions;
 	int64_t *dimensions; /* dimensions={...} */
 	bool has_index;
-	int64_t tuple_index;        /* get-tuple-element index=N */
+	int64_t tuple_index; /* get-tuple-element index=N */
+	bool has_iota_dimension;
+	int64_t iota_dimension;
 	const char *replica_groups; /* text as written: "{{0,1},{2,3}}" or "[2,4]<=[8]" */
 	const char *source_target_pairs;
 	bool has_channel_id;

@@ -177,6 +177,37 @@ assert len(r["cores"]) == 8 and not r["cores"][0]["fits"], r["cores"][0]
 assert r["error"]["code"] == "RESOURCE_EXHAUSTED", r["error"]' || fail "compile for the running pod"
 pe down >/dev/null
 
+# podemu run: an HLO module as a step with real bytes; the step peaks at what was planned.
+pe up --hosts 2 --cores-per-host 4 --hbm 256M --backing host --port 0 >/dev/null
+pe run "$hlo/run.hlo" --fill 1.5 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+sums = {}
+for o in r["outputs"]:
+    sums.setdefault(o["output"], []).append(o["sum"])
+assert sums[0] == [8 * 1024 * 3.0] * 8, sums[0]    # all-gather of 2 x 1.5
+assert sums[1] == [1024 * 12.0] * 8, sums[1]       # all-reduce over groups of 4
+assert sums[2] == [1024 * 12.0] * 8, sums[2]       # reduce of that
+assert sums[3] == [128 * 3.0] * 8, sums[3]         # slice
+for c in r["cores"]:
+    assert c["peak_bytes_in_use"] == r["planned_peak_bytes"], (c, r["planned_peak_bytes"])' ||
+	fail "run run.hlo"
+mkdir -p "$state/params"
+python3 -c '
+import struct, sys
+for core in range(8):
+    with open("%s/param0.core%d.bin" % (sys.argv[1], core), "wb") as f:
+        f.write(struct.pack("<1024f", *([float(core)] * 1024)))' "$state/params"
+pe run "$hlo/run.hlo" --param-dir "$state/params" --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+got = [o["sum"] for o in r["outputs"] if o["output"] == 1]
+assert got == [1024 * 2.0 * 6] * 4 + [1024 * 2.0 * 22] * 4, got' || fail "run --param-dir"
+if pe run "$hlo/too-big.hlo" >"$state/err.txt" 2>&1; then fail "run of an op without a kernel"; fi
+grep -q "UNIMPLEMENTED: line 11: n (negate) cannot run on the pod" "$state/err.txt" ||
+	fail "run: $(cat "$state/err.txt")"
+pe down >/dev/null
+
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.
 pe up --topology v3-128 --backing none --port 0 >/dev/null
 pe demo --json >"$state/demo.json"

@@ -10,7 +10,7 @@
 /* HLO text larger than this is refused (a 10,000-instruction module is about 1 MiB). */
 #define MAX_HLO_BYTES (256 << 20)
 
-static char *read_all(const char *path, size_t *len, struct status *st)
+char *cli_read_file(const char *path, size_t *len, struct status *st)
 {
 	FILE *f = fopen(path, "rb");
 	if (f == NULL) {
@@ -50,7 +50,7 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	struct status st;
 	status_clear(&st);
 	size_t len = 0;
-	char *text = read_all(o->file, &len, &st);
+	char *text = cli_read_file(o->file, &len, &st);
 	struct arena *a = arena_new();
 	struct hlo_module m;
 	struct memplan plan;

@@ -3,8 +3,10 @@
 #define PODEMU_CLI_COMPILE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
 #include "topology.h"
 
 struct compile_options {
@@ -17,6 +19,9 @@ struct compile_options {
 	int64_t combine_threshold_bytes;
 	const char *svg; /* also draw the plan here (podemu mem) */
 };
+
+/* A whole file (HLO text, at most 256 MiB), malloc'd; NULL with st set. */
+char *cli_read_file(const char *path, size_t *len, struct status *st);
 
 /* Reads, parses and plans the file for topo; returns a process exit code (1: does not fit). */
 int cmd_compile(const struct compile_options *o, const struct topology *topo);

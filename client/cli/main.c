@@ -11,6 +11,7 @@
 #include "compile.h"
 #include "memplan.h"
 #include "pod.h"
+#include "run.h"
 #include "podemu.pb-c.h"
 #include "podemu/podemu.h"
 #include "rpc.h"
@@ -49,6 +50,10 @@ static void usage(FILE *f)
 	    "          [--json] [--layout tpu|none] [--chunk-bytes SIZE] [--no-alias]\n"
 	    "          [--all-gather-strategy native|via-all-reduce|decomposed]\n"
 	    "          [--combine-threshold-bytes SIZE (default 30M; 0: no combining)]\n"
+	    "  run FILE.hlo  the entry computation as a step on the running pod: parameters\n"
+	    "          filled with --fill V (default 0) or from --param-dir DIR\n"
+	    "          (DIR/param<N>.core<R>.bin); prints each output per core and the peak\n"
+	    "          HBM beside the plan's  [--json]\n"
 	    "  mem FILE.hlo --svg OUT.svg  the same, and a chart of live bytes over the program\n"
 	    "          with the peak marked and the live set at the peak listed\n"
 	    "\n"
@@ -88,6 +93,8 @@ enum {
 	OPT_NO_ALIAS,
 	OPT_COMBINE,
 	OPT_SVG,
+	OPT_FILL,
+	OPT_PARAM_DIR,
 };
 
 struct cli {
@@ -104,6 +111,8 @@ struct cli {
 	int no_alias;
 	const char *combine_threshold;
 	const char *svg;
+	double fill;
+	const char *param_dir;
 };
 
 static int parse(struct cli *o, int argc, char **argv)
@@ -140,6 +149,8 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
 	    {"combine-threshold-bytes", required_argument, NULL, OPT_COMBINE},
 	    {"svg", required_argument, NULL, OPT_SVG},
+	    {"fill", required_argument, NULL, OPT_FILL},
+	    {"param-dir", required_argument, NULL, OPT_PARAM_DIR},
 	    {0, 0, 0, 0},
 	};
 	int c;
@@ -257,6 +268,16 @@ static int parse(struct cli *o, int argc, char **argv)
 		case OPT_SVG:
 			o->svg = optarg;
 			break;
+		case OPT_FILL:
+			o->fill = strtod(optarg, &end);
+			if (*end != '\0') {
+				fprintf(stderr, "podemu: --fill must be a number\n");
+				return -1;
+			}
+			break;
+		case OPT_PARAM_DIR:
+			o->param_dir = optarg;
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			exit(0);
@@ -265,7 +286,8 @@ static int parse(struct cli *o, int argc, char **argv)
 			return -1;
 		}
 	}
-	if (optind < argc && (strcmp(argv[0], "compile") == 0 || strcmp(argv[0], "mem") == 0))
+	if (optind < argc && (strcmp(argv[0], "compile") == 0 || strcmp(argv[0], "mem") == 0 ||
+	                      strcmp(argv[0], "run") == 0))
 		o->file = argv[optind++];
 	if (optind != argc) {
 		fprintf(stderr, "podemu: unexpected argument '%s'\n", argv[optind]);
@@ -617,6 +639,15 @@ int main(int argc, char **argv)
 		return cmd_bench(&o);
 	if (strcmp(cmd, "compile") == 0)
 		return cmd_compile_file(&o);
+	if (strcmp(cmd, "run") == 0) {
+		if (o.file == NULL) {
+			fprintf(stderr, "podemu run: which HLO file? (podemu run FILE.hlo)\n");
+			return 2;
+		}
+		struct run_options ro = {
+		    .file = o.file, .fill = o.fill, .param_dir = o.param_dir, .json = o.json};
+		return cmd_run(&ro);
+	}
 	if (strcmp(cmd, "mem") == 0) {
 		if (o.svg == NULL) {
 			fprintf(stderr,

@@ -1,0 +1,572 @@
+/*
+ * podemu run FILE.hlo: the entry computation of an HLO module as steps on the running pod. The
+ * parameters become device buffers first (filled with --fill, or from per-core files); then
+ * every instruction is recorded with the client library and the whole computation runs as one
+ * step. Prints each output per core (element count, sum, first values) and the step's peak
+ * HBM per core beside the plan's.
+ */
+#include "run.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "compile.h"
+#include "hlo.h"
+#include "podemu/podemu.h"
+
+/* An instruction's value: one tensor, or the elements of a tuple. */
+struct value {
+	pe_tensor *t;
+	int n;
+	pe_tensor **elems;
+	bool is_scalar_constant;
+	double scalar;
+};
+
+struct runner {
+	pe_client *c;
+	const struct hlo_module *m;
+	struct value *vals;
+	struct status st;
+};
+
+static int unimplemented(struct runner *r, const struct hlo_instruction *in, const char *why)
+{
+	return status_set(&r->st, ST_UNIMPLEMENTED,
+	                  "line %d: %s (%s) cannot run on the pod: %s; `podemu compile` plans it",
+	                  in->line, in->name, in->opcode, why);
+}
+
+static int pe_type(enum hlo_type t)
+{
+	switch (t) {
+	case HT_PRED:
+		return PE_PRED;
+	case HT_S32:
+		return PE_S32;
+	case HT_U8:
+		return PE_U8;
+	case HT_BF16:
+		return PE_BF16;
+	case HT_F32:
+		return PE_F32;
+	case HT_U32:
+		return PE_U32;
+	default:
+		return -1;
+	}
+}
+
+/* The numbers of a literal ("(1.5)", "({1, 2}, {3, 4})", "(true)"); count returned. */
+static int64_t literal_numbers(const char *text, double *out, int64_t max)
+{
+	int64_t n = 0;
+	const char *q = text;
+	while (*q != '\0' && n < max) {
+		if (strncmp(q, "true", 4) == 0 || strncmp(q, "false", 5) == 0) {
+			out[n++] = *q == 't';
+			q += *q == 't' ? 4 : 5;
+			continue;
+		}
+		char *end;
+		double v = strtod(q, &end);
+		if (end != q && (isdigit((unsigned char)*q) || *q == '-' || *q == '+' ||
+		                 *q == '.' || *q == 'i' || *q == 'n')) {
+			out[n++] = v;
+			q = end;
+		} else {
+			q++;
+		}
+	}
+	return n;
+}
+
+static void encode(int dtype, double v, unsigned char *dst)
+{
+	if (dtype == PE_F32) {
+		float f = (float)v;
+		memcpy(dst, &f, 4);
+	} else if (dtype == PE_BF16) {
+		float f = (float)v;
+		uint32_t bits;
+		memcpy(&bits, &f, 4);
+		bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
+		uint16_t top = (uint16_t)(bits >> 16);
+		memcpy(dst, &top, 2);
+	} else if (dtype == PE_S32 || dtype == PE_U32) {
+		int32_t i = (int32_t)v;
+		memcpy(dst, &i, 4);
+	} else {
+		*dst = (unsigned char)(v != 0 ? (dtype == PE_U8 ? (int)v : 1) : 0);
+	}
+}
+
+static double decode(int dtype, const unsigned char *src)
+{
+	if (dtype == PE_F32) {
+		float f;
+		memcpy(&f, src, 4);
+		return f;
+	}
+	if (dtype == PE_BF16) {
+		uint16_t top;
+		memcpy(&top, src, 2);
+		uint32_t bits = (uint32_t)top << 16;
+		float f;
+		memcpy(&f, &bits, 4);
+		return f;
+	}
+	if (dtype == PE_S32) {
+		int32_t i;
+		memcpy(&i, src, 4);
+		return i;
+	}
+	if (dtype == PE_U32) {
+		uint32_t u;
+		memcpy(&u, src, 4);
+		return u;
+	}
+	return *src;
+}
+
+static size_t pe_size(int dtype)
+{
+	return dtype == PE_F32 || dtype == PE_S32 || dtype == PE_U32 ? 4 : dtype == PE_BF16 ? 2 : 1;
+}
+
+/* The reduction of a to_apply computation: its root's opcode. */
+static int reducer_of(const struct hlo_instruction *in)
+{
+	if (in->to_apply == NULL)
+		return -1;
+	const char *op = in->to_apply->root->opcode;
+	if (strcmp(op, "add") == 0)
+		return PE_REDUCE_SUM;
+	if (strcmp(op, "multiply") == 0)
+		return PE_REDUCE_PRODUCT;
+	if (strcmp(op, "maximum") == 0)
+		return PE_REDUCE_MAX;
+	if (strcmp(op, "minimum") == 0)
+		return PE_REDUCE_MIN;
+	if (strcmp(op, "and") == 0)
+		return PE_REDUCE_AND;
+	if (strcmp(op, "or") == 0)
+		return PE_REDUCE_OR;
+	return -1;
+}
+
+/* One operand as a single tensor. */
+static pe_tensor *arg(struct runner *r, const struct hlo_instruction *in, int k)
+{
+	return k < in->n_operands ? r->vals[in->operands[k]->index].t : NULL;
+}
+
+/* "lo_hi_interior x ..." into arrays of rank entries. */
+static int parse_padding(const char *text, int rank, int64_t *lo, int64_t *hi, int64_t *interior)
+{
+	const char *q = text;
+	for (int d = 0; d < rank; d++) {
+		char *end;
+		lo[d] = strtoll(q, &end, 10);
+		if (*end != '_')
+			return -1;
+		hi[d] = strtoll(end + 1, &end, 10);
+		interior[d] = 0;
+		if (*end == '_')
+			interior[d] = strtoll(end + 1, &end, 10);
+		if (d + 1 < rank && *end != 'x')
+			return -1;
+		q = end + 1;
+	}
+	return 0;
+}
+
+/* "{[a:b], [c:d:s]}" into arrays of rank entries. */
+static int parse_slice(const char *text, int rank, int64_t *start, int64_t *limit, int64_t *stride)
+{
+	const char *q = text;
+	for (int d = 0; d < rank; d++) {
+		q = strchr(q, '[');
+		if (q == NULL)
+			return -1;
+		char *end;
+		start[d] = strtoll(q + 1, &end, 10);
+		if (*end != ':')
+			return -1;
+		limit[d] = strtoll(end + 1, &end, 10);
+		stride[d] = 1;
+		if (*end == ':')
+			stride[d] = strtoll(end + 1, &end, 10);
+		q = end;
+	}
+	return 0;
+}
+
+static int record(struct runner *r, const struct hlo_instruction *in)
+{
+	struct value *v = &r->vals[in->index];
+	const char *op = in->opcode;
+	const struct hlo_shape *s = &in->shape;
+	int dtype = s->type == HT_TUPLE ? 0 : pe_type(s->type);
+	if (s->type != HT_TUPLE && dtype < 0)
+		return unimplemented(r, in, "its element type has no kernels");
+	pe_groups *groups = NULL;
+	if (in->replica_groups != NULL && strcmp(in->replica_groups, "{}") != 0 &&
+	    (groups = pe_groups_parse(r->c, in->replica_groups)) == NULL)
+		return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line, in->name,
+		                  pe_last_error(r->c));
+	if (strcmp(op, "tuple") == 0 || strcmp(op, "opt-barrier") == 0) {
+		const struct value *src =
+		    strcmp(op, "tuple") == 0 ? NULL : &r->vals[in->operands[0]->index];
+		v->n = src ? src->n : in->n_operands;
+		v->elems = calloc((size_t)v->n + 1, sizeof(*v->elems));
+		if (v->elems == NULL)
+			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		for (int k = 0; k < v->n; k++)
+			v->elems[k] = src ? src->elems[k] : arg(r, in, k);
+		if (src != NULL && pe_optimization_barrier(v->elems, v->n) != PE_OK)
+			return status_set(&r->st, pe_last_code(r->c), "line %d: %s", in->line,
+			                  pe_last_error(r->c));
+		return ST_OK;
+	}
+	if (strcmp(op, "get-tuple-element") == 0) {
+		const struct value *t = &r->vals[in->operands[0]->index];
+		if (t->elems == NULL || in->tuple_index >= t->n)
+			return unimplemented(r, in, "its operand is not a tuple podemu built");
+		v->t = t->elems[in->tuple_index];
+		return ST_OK;
+	}
+	if (strcmp(op, "constant") == 0) {
+		int64_t count = hlo_shape_elements(s);
+		double *nums = calloc((size_t)count + 1, sizeof(double));
+		if (nums == NULL)
+			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		int64_t got = literal_numbers(in->literal ? in->literal : "", nums, count);
+		if (got != count && !(count > 0 && got == 1)) {
+			free(nums);
+			return status_set(
+			    &r->st, ST_INVALID_ARGUMENT,
+			    "line %d: %s: the literal has %lld values, the shape %lld", in->line,
+			    in->name, (long long)got, (long long)count);
+		}
+		if (s->rank == 0 || got == 1) {
+			v->is_scalar_constant = true;
+			v->scalar = nums[0];
+			v->t = pe_full(r->c, dtype, s->dims, s->rank, nums[0]);
+		} else {
+			size_t es = pe_size(dtype);
+			unsigned char *bytes = malloc((size_t)count * es + 1);
+			for (int64_t i = 0; bytes != NULL && i < count; i++)
+				encode(dtype, nums[i], bytes + i * (int64_t)es);
+			int world = pe_world_size(r->c);
+			const void **per_core = calloc((size_t)world, sizeof(void *));
+			for (int k = 0; per_core != NULL && k < world; k++)
+				per_core[k] = bytes;
+			v->t = bytes && per_core
+			           ? pe_upload(r->c, dtype, s->dims, s->rank, per_core)
+			           : NULL;
+			free(per_core);
+			free(bytes);
+		}
+		free(nums);
+	} else if (strcmp(op, "broadcast") == 0) {
+		const struct value *src = &r->vals[in->operands[0]->index];
+		if (!src->is_scalar_constant)
+			return unimplemented(r, in,
+			                     "only broadcasts of a scalar constant have a kernel");
+		v->is_scalar_constant = true;
+		v->scalar = src->scalar;
+		v->t = pe_full(r->c, dtype, s->dims, s->rank, src->scalar);
+	} else if (strcmp(op, "iota") == 0) {
+		v->t = pe_iota(r->c, dtype, s->dims, s->rank, (int)in->iota_dimension);
+	} else if (strcmp(op, "replica-id") == 0) {
+		v->t = pe_replica_id(r->c);
+	} else if (strcmp(op, "add") == 0) {
+		v->t = pe_add(arg(r, in, 0), arg(r, in, 1));
+	} else if (strcmp(op, "subtract") == 0) {
+		v->t = pe_subtract(arg(r, in, 0), arg(r, in, 1));
+	} else if (strcmp(op, "multiply") == 0) {
+		v->t = pe_multiply(arg(r, in, 0), arg(r, in, 1));
+	} else if (strcmp(op, "maximum") == 0) {
+		v->t = pe_maximum(arg(r, in, 0), arg(r, in, 1));
+	} else if (strcmp(op, "minimum") == 0) {
+		v->t = pe_minimum(arg(r, in, 0), arg(r, in, 1));
+	} else if (strcmp(op, "convert") == 0) {
+		v->t = pe_convert(arg(r, in, 0), dtype);
+	} else if (strcmp(op, "reshape") == 0 || strcmp(op, "bitcast") == 0) {
+		v->t = pe_reshape(arg(r, in, 0), s->dims, s->rank);
+	} else if (strcmp(op, "pad") == 0) {
+		int64_t lo[HLO_MAX_RANK], hi[HLO_MAX_RANK], interior[HLO_MAX_RANK];
+		const struct value *init = &r->vals[in->operands[1]->index];
+		if (!init->is_scalar_constant)
+			return unimplemented(r, in, "the padding value must be a constant");
+		if (in->padding == NULL ||
+		    parse_padding(in->padding, s->rank, lo, hi, interior) != 0)
+			return status_set(&r->st, ST_INVALID_ARGUMENT,
+			                  "line %d: %s: bad padding=%s", in->line, in->name,
+			                  in->padding ? in->padding : "(none)");
+		v->t = pe_pad(arg(r, in, 0), lo, hi, interior, init->scalar);
+	} else if (strcmp(op, "slice") == 0) {
+		int64_t start[HLO_MAX_RANK], limit[HLO_MAX_RANK], stride[HLO_MAX_RANK];
+		int rank = in->operands[0]->shape.rank;
+		if (in->slice == NULL || parse_slice(in->slice, rank, start, limit, stride) != 0)
+			return status_set(&r->st, ST_INVALID_ARGUMENT, "line %d: %s: bad slice=%s",
+			                  in->line, in->name, in->slice ? in->slice : "(none)");
+		v->t = pe_slice(arg(r, in, 0), start, limit, stride);
+	} else if (strcmp(op, "concatenate") == 0) {
+		pe_tensor **parts = calloc((size_t)in->n_operands + 1, sizeof(*parts));
+		for (int k = 0; parts != NULL && k < in->n_operands; k++)
+			parts[k] = arg(r, in, k);
+		v->t = parts && in->n_dimensions == 1
+		           ? pe_concatenate(parts, in->n_operands, (int)in->dimensions[0])
+		           : NULL;
+		free(parts);
+	} else if (strcmp(op, "reduce") == 0) {
+		const struct value *init =
+		    in->n_operands == 2 ? &r->vals[in->operands[1]->index] : NULL;
+		if (reducer_of(in) != PE_REDUCE_SUM || init == NULL || !init->is_scalar_constant ||
+		    init->scalar != 0)
+			return unimplemented(r, in, "only sums from 0 have a kernel");
+		v->t = pe_reduce_sum(arg(r, in, 0), in->dimensions, in->n_dimensions);
+	} else if (strcmp(op, "all-gather") == 0) {
+		v->t = in->n_dimensions == 1
+		           ? pe_all_gather_groups(arg(r, in, 0), (int)in->dimensions[0], groups)
+		           : NULL;
+	} else if (strcmp(op, "all-reduce") == 0 || strcmp(op, "reduce-scatter") == 0) {
+		int red = reducer_of(in);
+		if (red < 0)
+			return unimplemented(
+			    r, in, "its to_apply is not add, multiply, max, min, and, or");
+		v->t = op[0] == 'a' ? pe_all_reduce(arg(r, in, 0), red, 1.0, groups)
+		       : in->n_dimensions == 1
+		           ? pe_reduce_scatter(arg(r, in, 0), red, (int)in->dimensions[0], groups)
+		           : NULL;
+	} else if (strcmp(op, "all-to-all") == 0) {
+		v->t = in->n_dimensions == 1 ? pe_all_to_all(arg(r, in, 0), (int)in->dimensions[0],
+		                                             (int)in->dimensions[0], groups)
+		                             : NULL;
+	} else if (strcmp(op, "collective-permute") == 0) {
+		int64_t *pairs = NULL;
+		int n = 0;
+		if (in->source_target_pairs != NULL) {
+			int64_t count = 0;
+			for (const char *q = in->source_target_pairs; *q; q++)
+				count += *q == ',';
+			double *nums = calloc((size_t)count + 2, sizeof(double));
+			pairs = calloc((size_t)count + 2, sizeof(int64_t));
+			int64_t got = nums && pairs ? literal_numbers(in->source_target_pairs, nums,
+			                                              count + 1)
+			                            : 0;
+			for (int64_t k = 0; k < got; k++)
+				pairs[k] = (int64_t)nums[k];
+			n = (int)(got / 2);
+			free(nums);
+		}
+		v->t = pe_collective_permute(arg(r, in, 0), pairs, n);
+		free(pairs);
+	} else {
+		return unimplemented(r, in, "podemu has no kernel for it");
+	}
+	if (v->t == NULL)
+		return status_set(&r->st,
+		                  pe_last_code(r->c) ? pe_last_code(r->c) : ST_INVALID_ARGUMENT,
+		                  "line %d: %s (%s): %s", in->line, in->name, in->opcode,
+		                  pe_last_error(r->c)[0] ? pe_last_error(r->c) : "bad attributes");
+	return ST_OK;
+}
+
+/* A parameter: --fill everywhere, or DIR/param<N>.core<R>.bin per core. */
+static pe_tensor *parameter(struct runner *r, const struct run_options *o,
+                            const struct hlo_instruction *in)
+{
+	const struct hlo_shape *s = &in->shape;
+	int dtype = pe_type(s->type);
+	if (s->type == HT_TUPLE || dtype < 0) {
+		unimplemented(r, in, "only array parameters of f32, bf16, s32, u32, u8, pred");
+		return NULL;
+	}
+	if (o->param_dir == NULL)
+		return pe_full(r->c, dtype, s->dims, s->rank, o->fill);
+	int world = pe_world_size(r->c);
+	size_t bytes = (size_t)hlo_shape_elements(s) * pe_size(dtype);
+	void **per_core = calloc((size_t)world, sizeof(void *));
+	pe_tensor *t = NULL;
+	int k = 0;
+	for (; per_core != NULL && k < world; k++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/param%lld.core%d.bin", o->param_dir,
+		         (long long)in->parameter_number, k);
+		FILE *f = fopen(path, "rb");
+		per_core[k] = malloc(bytes + 1);
+		size_t got = f && per_core[k] ? fread(per_core[k], 1, bytes + 1, f) : 0;
+		if (f != NULL)
+			fclose(f);
+		if (got != bytes) {
+			status_set(&r->st, ST_INVALID_ARGUMENT,
+			           "%s: expected %zu bytes (%s of parameter %lld), found %zu", path,
+			           bytes, hlo_type_name(s->type), (long long)in->parameter_number,
+			           got);
+			break;
+		}
+	}
+	if (per_core != NULL && k == world)
+		t = pe_upload(r->c, dtype, s->dims, s->rank, (const void *const *)per_core);
+	for (int j = 0; per_core != NULL && j < world; j++)
+		free(per_core[j]);
+	free(per_core);
+	return t;
+}
+
+static void print_output(const struct runner *r, const struct run_options *o, int index,
+                         pe_tensor *t, bool *first)
+{
+	pe_dtype dtype;
+	int64_t dims[PE_MAX_RANK];
+	int rank;
+	pe_tensor_shape(t, &dtype, dims, &rank);
+	int64_t bytes = pe_tensor_bytes(t);
+	size_t es = pe_size(dtype);
+	int64_t count = (int64_t)((size_t)bytes / es);
+	unsigned char *buf = malloc((size_t)bytes + 1);
+	int world = pe_world_size(r->c);
+	for (int core = 0; buf != NULL && core < world; core++) {
+		int rv = pe_fetch(t, core, buf, (size_t)bytes);
+		double sum = 0;
+		for (int64_t i = 0; rv == PE_OK && i < count; i++)
+			sum += decode(dtype, buf + i * (int64_t)es);
+		if (o->json) {
+			printf("%s{\"output\": %d, \"core\": %d, \"elements\": %lld, \"sum\": ",
+			       *first ? "" : ", ", index, core, (long long)count);
+			if (rv == PE_OK && isfinite(sum))
+				printf("%.17g}", sum);
+			else
+				printf("null}");
+			*first = false;
+		} else {
+			printf("output %d core %d: %lld elements, sum %s", index, core,
+			       (long long)count, rv == PE_OK ? "" : "(no bytes: --backing none)");
+			if (rv == PE_OK) {
+				printf("%.9g, first", sum);
+				for (int64_t i = 0; i < count && i < 4; i++)
+					printf(" %.9g", decode(dtype, buf + i * (int64_t)es));
+			}
+			printf("\n");
+		}
+	}
+	free(buf);
+}
+
+int cmd_run(const struct run_options *o)
+{
+	struct status st;
+	status_clear(&st);
+	size_t len;
+	char *text = cli_read_file(o->file, &len, &st);
+	struct arena *a = arena_new();
+	struct hlo_module m;
+	int rv = text == NULL ? st.code : a == NULL ? ST_RESOURCE_EXHAUSTED : ST_OK;
+	if (rv == ST_OK)
+		rv = hlo_parse(text, len, a, &m, &st);
+	if (rv != ST_OK) {
+		fprintf(stderr, "podemu run: %s: %s: %s\n", o->file, status_code_name(rv),
+		        st.message);
+		arena_free(a);
+		free(text);
+		return 2;
+	}
+	struct runner r = {.m = &m};
+	status_clear(&r.st);
+	if (pe_connect(&r.c, NULL) != PE_OK) {
+		fprintf(stderr, "podemu run: %s\n", pe_connect_error());
+		arena_free(a);
+		free(text);
+		return 1;
+	}
+	const struct hlo_computation *c = m.entry;
+	r.vals = calloc((size_t)c->n_instructions, sizeof(*r.vals));
+	rv =
+	    r.vals == NULL ? status_set(&r.st, ST_RESOURCE_EXHAUSTED, "out of host memory") : ST_OK;
+	/* The parameters first, as device buffers: the arguments of the step. */
+	for (int i = 0; rv == ST_OK && i < c->n_parameters; i++) {
+		const struct hlo_instruction *p = c->parameters[i];
+		if ((r.vals[p->index].t = parameter(&r, o, p)) == NULL)
+			rv = r.st.code != ST_OK
+			         ? r.st.code
+			         : status_set(&r.st, pe_last_code(r.c), "%s", pe_last_error(r.c));
+	}
+	if (rv == ST_OK && pe_mark_step(r.c) != PE_OK)
+		rv = status_set(&r.st, pe_last_code(r.c), "parameters: %s", pe_last_error(r.c));
+	for (int i = 0; rv == ST_OK && i < c->n_instructions; i++)
+		if (c->instructions[i]->parameter_number < 0)
+			rv = record(&r, c->instructions[i]);
+	/* What the root holds is the output; everything else becomes a temporary of the step. */
+	const struct value *root = rv == ST_OK ? &r.vals[c->root->index] : NULL;
+	int n_out = root == NULL ? 0 : root->elems ? root->n : 1;
+	pe_tensor **outs = calloc((size_t)n_out + 1, sizeof(*outs));
+	for (int k = 0; outs != NULL && k < n_out; k++)
+		outs[k] = root->elems ? root->elems[k] : root->t;
+	for (int i = 0; rv == ST_OK && i < c->n_instructions; i++) {
+		pe_tensor *t = r.vals[i].t;
+		bool kept = false;
+		for (int k = 0; k < n_out; k++)
+			kept |= outs[k] == t;
+		for (int j = 0; j < i && !kept; j++)
+			kept |=
+			    r.vals[j].t == t; /* an alias of an earlier value (get-tuple-element) */
+		if (!kept && t != NULL)
+			pe_release(t);
+	}
+	pe_step_plan plan;
+	if (rv == ST_OK && pe_plan_step(r.c, &plan) != PE_OK)
+		rv = status_set(&r.st, pe_last_code(r.c), "%s", pe_last_error(r.c));
+	if (rv == ST_OK && !plan.fits)
+		rv = status_set(&r.st, ST_RESOURCE_EXHAUSTED, "%s", plan.oom_message);
+	if (rv == ST_OK && pe_mark_step(r.c) != PE_OK)
+		rv = status_set(&r.st, pe_last_code(r.c), "%s", pe_last_error(r.c));
+	int code = 0;
+	if (rv != ST_OK) {
+		fprintf(stderr, "podemu run: %s: %s\n", status_code_name(rv), r.st.message);
+		code = rv == ST_RESOURCE_EXHAUSTED ? 1 : 2;
+	} else {
+		bool first = true;
+		if (o->json)
+			printf("{\"outputs\": [");
+		for (int k = 0; k < n_out; k++)
+			print_output(&r, o, k, outs[k], &first);
+		int world = pe_world_size(r.c);
+		pe_memory_info *mi = calloc((size_t)world, sizeof(*mi));
+		if (mi != NULL && pe_memory_info_all(r.c, mi, world) == PE_OK) {
+			if (o->json)
+				printf("], \"planned_peak_bytes\": %lld, \"cores\": [",
+				       (long long)plan.peak_bytes);
+			for (int k = 0; k < world; k++) {
+				if (o->json)
+					printf("%s{\"ordinal\": %d, \"peak_bytes_in_use\": %lld}",
+					       k ? ", " : "", k,
+					       (long long)mi[k].peak_bytes_in_use);
+				else
+					printf("core %d: peak %lld bytes in use, planned %lld\n", k,
+					       (long long)mi[k].peak_bytes_in_use,
+					       (long long)plan.peak_bytes);
+			}
+			if (o->json)
+				printf("]}\n");
+		} else if (o->json) {
+			printf("]}\n");
+		}
+		free(mi);
+	}
+	for (int i = 0; r.vals != NULL && i < c->n_instructions; i++)
+		free(r.vals[i].elems);
+	free(r.vals);
+	free(outs);
+	pe_disconnect(r.c);
+	arena_free(a);
+	free(text);
+	return code;
+}

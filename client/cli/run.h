@@ -1,0 +1,17 @@
+/* `podemu run`: an HLO module's entry computation as a step on the running pod. */
+#ifndef PODEMU_CLI_RUN_H
+#define PODEMU_CLI_RUN_H
+
+#include <stdbool.h>
+
+struct run_options {
+	const char *file;
+	double fill;           /* every parameter element, unless param_dir */
+	const char *param_dir; /* DIR/param<N>.core<R>.bin: raw row-major bytes per core */
+	bool json;
+};
+
+/* Returns a process exit code (1: does not fit, 2: cannot run). */
+int cmd_run(const struct run_options *o);
+
+#endif
