@@ -381,6 +381,65 @@ static int reduce(const struct kernel_call *k, struct status *st)
 	return ST_OK;
 }
 
+static void negate(const struct kernel_call *k)
+{
+	int dt = k->out_shape->dtype;
+	int64_t n = shape_elements(k->out_shape);
+	for (int64_t i = 0; i < n; i++) {
+		if (is_float(dt))
+			store(dt, k->out, i, -load(dt, k->in[0], i));
+		else
+			store_int(dt, k->out, i, -load_int(dt, k->in[0], i));
+	}
+}
+
+/* out[i0..] = in[..] with out dimension d taken from input dimension perm[d]. */
+static void transpose(const struct kernel_call *k)
+{
+	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
+	size_t es = dtype_size(out->dtype);
+	int64_t in_strides[SHAPE_MAX_RANK], idx[SHAPE_MAX_RANK] = {0};
+	strides_of(in, in_strides);
+	int64_t n = shape_elements(out);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t from = 0;
+		for (int d = 0; d < out->rank; d++)
+			from += idx[d] * in_strides[k->node->dimensions[d]];
+		memcpy((unsigned char *)k->out + (size_t)i * es,
+		       (const unsigned char *)k->in[0] + (size_t)from * es, es);
+		next_index(idx, out->dims, out->rank);
+	}
+}
+
+/* [m,k] x [k,n]: sums in double (integers wrap when stored, as the hardware does). */
+static int dot(const struct kernel_call *k, struct status *st)
+{
+	const struct shape *a = k->in_shapes[0], *b = k->in_shapes[1];
+	int64_t m = a->dims[0], kk = a->dims[1], n = b->dims[1];
+	int dt = k->out_shape->dtype;
+	double *row = malloc((size_t)(n ? n : 1) * sizeof(double));
+	if (row == NULL)
+		return status_set(st, ST_INTERNAL, "dot: out of host memory");
+	for (int64_t i = 0; i < m; i++) {
+		for (int64_t j = 0; j < n; j++)
+			row[j] = 0;
+		for (int64_t p = 0; p < kk; p++) {
+			double x = load(dt, k->in[0], i * kk + p);
+			for (int64_t j = 0; j < n; j++)
+				row[j] += x * load(dt, k->in[1], p * n + j);
+		}
+		for (int64_t j = 0; j < n; j++) {
+			if (is_float(dt))
+				store(dt, k->out, i * n + j, row[j]);
+			else
+				store_int(dt, k->out, i * n + j,
+				          (int64_t)fmod(row[j], 18446744073709551616.0));
+		}
+	}
+	free(row);
+	return ST_OK;
+}
+
 int kernel_run(const struct kernel_call *k, struct status *st)
 {
 	switch (k->op) {
@@ -417,6 +476,14 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 		return ST_OK;
 	case OP_REDUCE:
 		return reduce(k, st);
+	case OP_NEGATE:
+		negate(k);
+		return ST_OK;
+	case OP_TRANSPOSE:
+		transpose(k);
+		return ST_OK;
+	case OP_DOT:
+		return dot(k, st);
 	default:
 		return status_set(st, ST_UNIMPLEMENTED, "no kernel for %s", opcode_name(k->op));
 	}

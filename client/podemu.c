@@ -559,6 +559,32 @@ pe_tensor *pe_convert(pe_tensor *a, pe_dtype dtype)
 	return unary(a, n);
 }
 
+pe_tensor *pe_negate(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_NEGATE));
+}
+
+pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int rank)
+{
+	if (a == NULL)
+		return NULL;
+	if (rank < 0 || rank > PE_MAX_RANK) {
+		fail(a->c, ST_INVALID_ARGUMENT, "transpose: rank %d is out of range", rank);
+		return NULL;
+	}
+	Podemu__Node *n = node_new(a->c, OP_TRANSPOSE);
+	if (n == NULL)
+		return NULL;
+	n->dimensions = dims_copy(a->c, permutation, (size_t)rank);
+	n->n_dimensions = (size_t)rank;
+	return unary(a, n);
+}
+
+pe_tensor *pe_dot(pe_tensor *a, pe_tensor *b)
+{
+	return binary(a, b, OP_DOT);
+}
+
 pe_tensor *pe_reshape(pe_tensor *a, const int64_t *dims, int rank)
 {
 	if (a == NULL)

@@ -31,6 +31,9 @@ static const char *const opcode_names[OP_COUNT] = {
     [OP_REDUCE_SCATTER] = "reduce-scatter",
     [OP_ALL_TO_ALL] = "all-to-all",
     [OP_COLLECTIVE_PERMUTE] = "collective-permute",
+    [OP_NEGATE] = "negate",
+    [OP_TRANSPOSE] = "transpose",
+    [OP_DOT] = "dot",
 };
 
 static const char *const reducer_names[] = {"add", "multiply", "max", "min", "and", "or"};
@@ -407,6 +410,9 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	    [OP_REDUCE_SCATTER] = 1,
 	    [OP_ALL_TO_ALL] = 1,
 	    [OP_COLLECTIVE_PERMUTE] = 1,
+	    [OP_NEGATE] = 1,
+	    [OP_TRANSPOSE] = 1,
+	    [OP_DOT] = 2,
 	};
 	if (arity[op] >= 0 && n->n_operands != (size_t)arity[op])
 		return status_set(st, ST_INVALID_ARGUMENT, "%s: expects %d operands, got %zu",
@@ -514,6 +520,54 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	case OP_ALL_TO_ALL:
 	case OP_COLLECTIVE_PERMUTE:
 		return infer_collective(out, op, n, a, env, label, st);
+	case OP_NEGATE:
+		if (a->dtype == DT_PRED)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s: Expected element type in shape to be arithmetic type "
+			    "for operation negate; got PRED.",
+			    label);
+		*out = *a;
+		return ST_OK;
+	case OP_TRANSPOSE: {
+		bool seen[SHAPE_MAX_RANK] = {false};
+		if (n->n_dimensions != (size_t)a->rank)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s: Transpose dimensions [%zu entries] must have the same "
+			    "size as the operand's rank %d",
+			    label, n->n_dimensions, a->rank);
+		*out = *a;
+		for (int d = 0; d < a->rank; d++) {
+			int64_t from = n->dimensions[d];
+			if (from < 0 || from >= a->rank || seen[from])
+				return status_set(
+				    st, ST_INVALID_ARGUMENT,
+				    "%s: Transpose dimensions must be a permutation of "
+				    "0..%d",
+				    label, a->rank - 1);
+			seen[from] = true;
+			out->dims[d] = a->dims[from];
+		}
+		return ST_OK;
+	}
+	case OP_DOT: {
+		const struct shape *b = &shapes[n->operands[1]];
+		char sa[128], sb[128];
+		if (a->rank != 2 || b->rank != 2 || a->dtype != b->dtype || a->dtype == DT_PRED ||
+		    a->dims[1] != b->dims[0])
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%s: Cannot infer shape for dot operation: %s <dot> %s. "
+			    "podemu's dot multiplies [m,k] by [k,n] of one arithmetic "
+			    "type.",
+			    label, shape_format(sa, sizeof(sa), a),
+			    shape_format(sb, sizeof(sb), b));
+		int64_t dims[2] = {a->dims[0], b->dims[1]};
+		if ((rv = shape_make(out, a->dtype, dims, 2, st)) != ST_OK)
+			return status_set(st, rv, "%s: %s", label, st->message);
+		return ST_OK;
+	}
 	default:
 		return status_set(st, ST_UNIMPLEMENTED, "%s: not implemented", label);
 	}

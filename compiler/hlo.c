@@ -532,6 +532,12 @@ static int attribute(struct reader *r, struct hlo_instruction *in)
 			in->has_iota_dimension = true;
 			in->iota_dimension = list[0];
 		}
+	} else if (strcmp(key, "lhs_contracting_dims") == 0) {
+		in->lhs_contracting_dims = v;
+	} else if (strcmp(key, "rhs_contracting_dims") == 0) {
+		in->rhs_contracting_dims = v;
+	} else if (strcmp(key, "lhs_batch_dims") == 0 || strcmp(key, "rhs_batch_dims") == 0) {
+		in->has_batch_dims |= strcmp(v, "{}") != 0;
 	} else if (strcmp(key, "replica_groups") == 0) {
 		in->replica_groups = v;
 	} else if (strcmp(key, "source_target_pairs") == 0) {

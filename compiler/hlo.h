@@ -83,7 +83,10 @@ struct hlo_instruction {
 	int n_dimensions;
 	int64_t *dimensions; /* dimensions={...} */
 	bool has_index;
-	int64_t tuple_index; /* get-tuple-element index=N */
+	int64_t tuple_index;              /* get-tuple-element index=N */
+	const char *lhs_contracting_dims; /* dot, as written ("{1}") */
+	const char *rhs_contracting_dims;
+	bool has_batch_dims; /* dot with lhs_batch_dims or rhs_batch_dims */
 	bool has_iota_dimension;
 	int64_t iota_dimension;
 	const char *replica_groups; /* text as written: "{{0,1},{2,3}}" or "[2,4]<=[8]" */

@@ -203,8 +203,13 @@ import json, sys
 r = json.load(sys.stdin)
 got = [o["sum"] for o in r["outputs"] if o["output"] == 1]
 assert got == [1024 * 2.0 * 6] * 4 + [1024 * 2.0 * 22] * 4, got' || fail "run --param-dir"
-if pe run "$hlo/too-big.hlo" >"$state/err.txt" 2>&1; then fail "run of an op without a kernel"; fi
-grep -q "UNIMPLEMENTED: line 11: n (negate) cannot run on the pod" "$state/err.txt" ||
+# A layer: dot, transpose, negate, all-reduce: -(8 x 1 x 1) summed over 8 cores, 64 elements.
+pe run "$hlo/layer.hlo" --fill 1 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert [o["sum"] for o in r["outputs"]] == [-64.0 * 64] * 8, r["outputs"]' || fail "run layer.hlo"
+if pe run "$hlo/no-kernel.hlo" >"$state/err.txt" 2>&1; then fail "run of an op without a kernel"; fi
+grep -q "UNIMPLEMENTED: line 5: e (exponential) cannot run on the pod" "$state/err.txt" ||
 	fail "run: $(cat "$state/err.txt")"
 pe down >/dev/null
 

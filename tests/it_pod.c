@@ -60,7 +60,20 @@ static void test_ops_match_host(void **state)
 		assert_memory_equal(got_cat, want_cat, sizeof(want_cat));
 		assert_true(got_rows[0] == 2.0f * r + 12 && got_rows[1] == 12);
 	}
-	pe_tensor *all[] = {io, rid, rid2, rpad, sum, prod, sl, cat, rows};
+	/* cat^T [5,2] x cat [2,5], negated: against the host. */
+	int64_t perm[] = {1, 0};
+	pe_tensor *cat_t = pe_transpose(cat, perm, 2);
+	pe_tensor *gram = pe_negate(pe_dot(cat_t, cat));
+	assert_non_null(gram);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	for (int r = 0; r < WORLD; r++) {
+		float x[10] = {2.0f * r, 2, 4, 2, 4, 0, 2, 4, 2, 4}, got[25];
+		assert_int_equal(pe_fetch(gram, r, got, sizeof(got)), PE_OK);
+		for (int i = 0; i < 5; i++)
+			for (int j = 0; j < 5; j++)
+				assert_true(got[i * 5 + j] == -(x[i] * x[j] + x[5 + i] * x[5 + j]));
+	}
+	pe_tensor *all[] = {io, rid, rid2, rpad, sum, prod, sl, cat, rows, cat_t, gram};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		pe_release(all[i]);
 }

@@ -147,6 +147,25 @@ static void test_bad_graphs(void **state)
 	assert_non_null(strstr(st.message, "not an earlier node"));
 	arena_free(b.a);
 
+	/* dot of [2,3] by [2,3], and a transpose that is no permutation: XLA's words. */
+	gb_init(&b);
+	int64_t m23[] = {2, 3};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, m23, 2);
+	gb_node(&b, "dot", 0, 0, -1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Cannot infer shape for dot operation: f32[2,3] <dot> "
+	                                   "f32[2,3]"));
+	arena_free(b.a);
+	gb_init(&b);
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, m23, 2);
+	int64_t not_perm[] = {0, 0};
+	Podemu__Node *t = gb_node(&b, "transpose", 0, -1, -1);
+	t->dimensions = gb_ints(&b, not_perm, 2);
+	t->n_dimensions = 2;
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Transpose dimensions must be a permutation"));
+	arena_free(b.a);
+
 	gb_init(&b);
 	gb_node(&b, "frobnicate", -1, -1, -1);
 	assert_int_equal(check(&b, 1, &st), ST_UNIMPLEMENTED);

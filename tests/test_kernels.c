@@ -143,12 +143,38 @@ static void test_fill_iota_pad_slice_concat_reduce(void **state)
 	assert_true(sums[0] == 2.5f);
 }
 
+static void test_negate_transpose_dot(void **state)
+{
+	Podemu__Node n = PODEMU__NODE__INIT;
+	struct shape a = mk(DT_F32, 2, 3, 2), at = mk(DT_F32, 3, 2, 2), c = mk(DT_F32, 2, 2, 2);
+	float x[] = {1, 2, 3, 4, 5, 6}, neg[6], xt[6], prod[4];
+	assert_int_equal(run(OP_NEGATE, &n, &a, neg, &a, x, NULL, NULL), ST_OK);
+	assert_true(neg[0] == -1 && neg[5] == -6);
+	int64_t perm[] = {1, 0};
+	n.dimensions = perm;
+	n.n_dimensions = 2;
+	assert_int_equal(run(OP_TRANSPOSE, &n, &at, xt, &a, x, NULL, NULL), ST_OK);
+	float want_t[] = {1, 4, 2, 5, 3, 6};
+	assert_memory_equal(xt, want_t, sizeof(want_t));
+	/* [[1,2,3],[4,5,6]] x [[1,4],[2,5],[3,6]] = [[14,32],[32,77]] */
+	assert_int_equal(run(OP_DOT, &n, &c, prod, &a, x, &at, xt), ST_OK);
+	float want_p[] = {14, 32, 32, 77};
+	assert_memory_equal(prod, want_p, sizeof(want_p));
+	struct shape si = mk(DT_S32, 1, 2, 2), sj = mk(DT_S32, 2, 1, 2), so = mk(DT_S32, 1, 1, 2);
+	int32_t p[] = {65536, 65536}, q[] = {65536, 1}, r[1], ni[2];
+	assert_int_equal(run(OP_DOT, &n, &so, r, &si, p, &sj, q), ST_OK);
+	assert_int_equal(r[0], 65536); /* 2^32 wraps to 0, plus 65536 */
+	assert_int_equal(run(OP_NEGATE, &n, &si, ni, &si, p, NULL, NULL), ST_OK);
+	assert_int_equal(ni[0], -65536);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_elementwise),
 	    cmocka_unit_test(test_convert_and_bf16),
 	    cmocka_unit_test(test_fill_iota_pad_slice_concat_reduce),
+	    cmocka_unit_test(test_negate_transpose_dot),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

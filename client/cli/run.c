@@ -296,6 +296,20 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		v->t = pe_maximum(arg(r, in, 0), arg(r, in, 1));
 	} else if (strcmp(op, "minimum") == 0) {
 		v->t = pe_minimum(arg(r, in, 0), arg(r, in, 1));
+	} else if (strcmp(op, "negate") == 0) {
+		v->t = pe_negate(arg(r, in, 0));
+	} else if (strcmp(op, "transpose") == 0) {
+		v->t = pe_transpose(arg(r, in, 0), in->dimensions, in->n_dimensions);
+	} else if (strcmp(op, "dot") == 0) {
+		if (in->has_batch_dims || in->lhs_contracting_dims == NULL ||
+		    in->rhs_contracting_dims == NULL ||
+		    strcmp(in->lhs_contracting_dims, "{1}") != 0 ||
+		    strcmp(in->rhs_contracting_dims, "{0}") != 0)
+			return unimplemented(
+			    r, in,
+			    "only lhs_contracting_dims={1}, rhs_contracting_dims={0} "
+			    "without batch dimensions has a kernel");
+		v->t = pe_dot(arg(r, in, 0), arg(r, in, 1));
 	} else if (strcmp(op, "convert") == 0) {
 		v->t = pe_convert(arg(r, in, 0), dtype);
 	} else if (strcmp(op, "reshape") == 0 || strcmp(op, "bitcast") == 0) {

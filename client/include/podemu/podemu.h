@@ -116,6 +116,11 @@ PE_API pe_tensor *pe_multiply(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_maximum(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_minimum(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_convert(pe_tensor *a, pe_dtype dtype);
+PE_API pe_tensor *pe_negate(pe_tensor *a);
+/* Dimension d of the result is dimension permutation[d] of a (XLA transpose). */
+PE_API pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int rank);
+/* Matrix product of a [m,k] and b [k,n] (XLA dot contracting a's dimension 1 with b's 0). */
+PE_API pe_tensor *pe_dot(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_reshape(pe_tensor *a, const int64_t *dims, int rank);
 /* low/high may be negative (cropping); interior >= 0. Arrays of rank(a) entries. */
 PE_API pe_tensor *pe_pad(pe_tensor *a, const int64_t *low, const int64_t *high,
