@@ -94,7 +94,13 @@ pe up "${shape[@]}" | grep -q "started the 1 missing processes" || fail "agent n
 sums "an agent restart"
 agent1=$(cat "$state/agent-1.pid")
 kill -9 "$coordinator" && gone "$coordinator"
-pe up "${shape[@]}" | grep -q "started the 1 missing processes" || fail "coordinator not restarted"
+# Another command line does not change the pod: it is restarted with the shape it had.
+pe up --topology v3-8 --backing none --port 0 | grep -q "started the 1 missing processes" ||
+	fail "coordinator not restarted"
+pe status --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["world_size"] == 4 and s["num_hosts"] == 2, s' || fail "restarted with another shape"
 [[ $(cat "$state/agent-0.pid") == "$agent0" && $(cat "$state/agent-1.pid") == "$agent1" ]] ||
 	fail "podemu up restarted running agents"
 sums "a coordinator restart"

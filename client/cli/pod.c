@@ -188,13 +188,46 @@ static void read_line(const char *path, char *out, size_t len)
 }
 
 /* The parts of a state directory the daemons are started with. */
+/*
+ * What a pod was started with, kept in the state directory so that `podemu up` restarts a
+ * missing coordinator with the pod's shape whatever its own command line says: the agents'
+ * backing on the first line, then the coordinator's options, one word a line.
+ */
+#define POD_ARGS_FILE "pod.args"
+#define POD_ARGS_MAX 24
+
 struct pod_files {
 	const char *dir;
 	char token_file[PATH_MAX];
 	char url_file[PATH_MAX];
 	char token[TOKEN_MAX + 1];
 	char exe_dir[PATH_MAX];
+	char backing[8];              /* from pod.args when resuming */
+	char args[POD_ARGS_MAX][256]; /* the coordinator's saved options */
+	int saved_args;               /* how many (0: none saved, or a fresh pod) */
 };
+
+/* Loads pod.args into pf; false when there is none. */
+static bool load_pod_args(struct pod_files *pf)
+{
+	char path[PATH_MAX], line[256];
+	snprintf(path, sizeof(path), "%s/%s", pf->dir, POD_ARGS_FILE);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	pf->saved_args = 0;
+	bool first = true;
+	while (fgets(line, sizeof(line), f) != NULL && pf->saved_args < POD_ARGS_MAX) {
+		line[strcspn(line, "\n")] = '\0';
+		if (first)
+			snprintf(pf->backing, sizeof(pf->backing), "%s", line);
+		else
+			snprintf(pf->args[pf->saved_args++], sizeof(pf->args[0]), "%s", line);
+		first = false;
+	}
+	fclose(f);
+	return !first;
+}
 
 /* Starts the coordinator listening on listen and waits until it wrote its address to url. */
 static int start_coordinator(const struct up_options *o, const struct topology *topo,
@@ -204,7 +237,7 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX];
 	snprintf(exe, sizeof(exe), "%s/podemu-coordinator", pf->exe_dir);
 	char hosts[16], cores[16], hbm[32];
-	char *argv[32];
+	char *argv[16 + POD_ARGS_MAX];
 	int argc = 0;
 	argv[argc++] = exe;
 	argv[argc++] = "--listen";
@@ -213,7 +246,11 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	argv[argc++] = pf->url_file;
 	argv[argc++] = "--token-file";
 	argv[argc++] = pf->token_file;
-	if (o->topology != NULL) {
+	int shape_from = argc;
+	if (pf->saved_args > 0) {
+		for (int i = 0; i < pf->saved_args; i++)
+			argv[argc++] = pf->args[i];
+	} else if (o->topology != NULL) {
 		argv[argc++] = "--topology";
 		argv[argc++] = (char *)o->topology;
 	} else {
@@ -240,6 +277,18 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 		argv[argc++] = (char *)o->heartbeat_timeout_ms;
 	}
 	argv[argc] = NULL;
+	if (pf->saved_args == 0) {
+		/* A fresh pod: remember its shape for restarts. */
+		char args_path[PATH_MAX];
+		snprintf(args_path, sizeof(args_path), "%s/%s", pf->dir, POD_ARGS_FILE);
+		FILE *f = fopen(args_path, "w");
+		if (f != NULL) {
+			fprintf(f, "%s\n", o->backing);
+			for (int i = shape_from; i < argc; i++)
+				fprintf(f, "%s\n", argv[i]);
+			fclose(f);
+		}
+	}
 	unlink(pf->url_file);
 	snprintf(log, sizeof(log), "%s/coordinator.log", pf->dir);
 	snprintf(path, sizeof(path), "%s/coordinator.pid", pf->dir);
@@ -412,6 +461,9 @@ int pod_up(const struct up_options *o)
 	char backing[8];
 	snprintf(backing, sizeof(backing), "%s", o->backing);
 	if (resume) {
+		/* The pod's own shape and backing, not this command line's. */
+		if (load_pod_args(&pf) && pf.backing[0] != '\0')
+			snprintf(backing, sizeof(backing), "%s", pf.backing);
 		read_line(pf.token_file, pf.token, sizeof(pf.token));
 		read_line(pf.url_file, url, sizeof(url));
 		if (pf.token[0] == '\0' || url[0] == '\0') {
@@ -438,9 +490,13 @@ int pod_up(const struct up_options *o)
 			return 1;
 		}
 		started++;
-	} else if (running_pod(url, pf.token, &num_hosts, backing, sizeof(backing), o->backing) !=
-	           0) {
-		return 1;
+	}
+	if (resume) {
+		/* The running (or just restarted) coordinator says how many hosts the pod has. */
+		char fallback[8];
+		snprintf(fallback, sizeof(fallback), "%s", backing);
+		if (running_pod(url, pf.token, &num_hosts, backing, sizeof(backing), fallback) != 0)
+			return 1;
 	}
 	for (int h = 0; h < num_hosts; h++) {
 		int got = start_agent(&pf, h, url, backing);
