@@ -401,6 +401,25 @@ static int finish(struct run *r, int rv, struct status *st)
 	for (int i = 0; i < r->num_posts; i++)
 		r->posts[i]->orphan = 1;
 	r->num_posts = 0;
+	/*
+	 * Remote peers acknowledge what they consumed (each acknowledgement notifies dev->cv). A
+	 * peer that died is not waited for past an abort of the step or the deadline.
+	 */
+	while (rv == ST_OK) {
+		int waiting = 0;
+		for (int h = 0; r->chans != NULL && h < dev->num_hosts; h++)
+			if (r->chans[h] != NULL && dp_chan_in_flight(r->chans[h]) > 0 &&
+			    dp_chan_error(r->chans[h], NULL) == ST_OK)
+				waiting = 1;
+		if (!waiting)
+			break;
+		if (r->s->cancel_code != ST_OK)
+			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
+		else if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+			rv = status_set(st, ST_DEADLINE_EXCEEDED,
+			                "a peer did not acknowledge this core's data within %d ms",
+			                r->s->timeout_ms);
+	}
 	pthread_mutex_unlock(&dev->lock);
 	for (int h = 0; r->chans != NULL && h < dev->num_hosts; h++) {
 		if (r->chans[h] == NULL)
