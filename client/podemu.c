@@ -580,6 +580,36 @@ pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int rank)
 	return unary(a, n);
 }
 
+pe_tensor *pe_opaque(pe_client *c, const char *name, pe_dtype dtype, const int64_t *dims, int rank,
+                     pe_tensor *const *operands, int n_operands)
+{
+	if (rank < 0 || rank > PE_MAX_RANK || n_operands < 0) {
+		fail(c, ST_INVALID_ARGUMENT, "opaque %s: rank %d or %d operands out of range",
+		     name ? name : "", rank, n_operands);
+		return NULL;
+	}
+	Podemu__Node *n = node_new(c, OP_OPAQUE);
+	if (n == NULL || (n->shape = shape_new(c, dtype, dims, rank)) == NULL)
+		return NULL;
+	n->name = arena_strdup(c->graph_arena, name ? name : "opaque");
+	n->operands = arena_calloc(c->graph_arena, (size_t)n_operands + 1, sizeof(int32_t));
+	if (n->name == NULL || n->operands == NULL)
+		return NULL;
+	for (int k = 0; k < n_operands; k++) {
+		if (operands[k] == NULL || operands[k]->c != c) {
+			fail(c, ST_INVALID_ARGUMENT,
+			     "opaque %s: operand %d is not a tensor of this "
+			     "client",
+			     n->name, k);
+			return NULL;
+		}
+		if ((n->operands[k] = operand_of(operands[k])) < 0)
+			return NULL;
+	}
+	n->n_operands = (size_t)n_operands;
+	return node_tensor(c, n);
+}
+
 pe_tensor *pe_dot(pe_tensor *a, pe_tensor *b)
 {
 	return binary(a, b, OP_DOT);

@@ -34,6 +34,7 @@ static const char *const opcode_names[OP_COUNT] = {
     [OP_NEGATE] = "negate",
     [OP_TRANSPOSE] = "transpose",
     [OP_DOT] = "dot",
+    [OP_OPAQUE] = "opaque",
 };
 
 static const char *const reducer_names[] = {"add", "multiply", "max", "min", "and", "or"};
@@ -413,6 +414,7 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	    [OP_NEGATE] = 1,
 	    [OP_TRANSPOSE] = 1,
 	    [OP_DOT] = 2,
+	    [OP_OPAQUE] = -1,
 	};
 	if (arity[op] >= 0 && n->n_operands != (size_t)arity[op])
 		return status_set(st, ST_INVALID_ARGUMENT, "%s: expects %d operands, got %zu",
@@ -439,6 +441,16 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 		if (n->handle == 0)
 			return status_set(st, ST_INVALID_ARGUMENT,
 			                  "%s: parameter has no buffer handle", label);
+		return ST_OK;
+	case OP_OPAQUE:
+		if (n->shape == NULL)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: an opaque op needs its shape", label);
+		if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)
+			return status_set(st, rv, "%s: %s", label, st->message);
+		if (out->tuple)
+			return status_set(st, ST_INVALID_ARGUMENT, "%s: result cannot be a tuple",
+			                  label);
 		return ST_OK;
 	case OP_CONSTANT:
 	case OP_IOTA:
@@ -588,7 +600,8 @@ int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, st
 		const Podemu__Shape *declared = g->nodes[i]->shape;
 		enum opcode op = opcode_parse(g->nodes[i]->opcode);
 		if (declared != NULL && op != OP_PARAMETER && op != OP_CONSTANT && op != OP_IOTA &&
-		    op != OP_CONVERT && (declared->dtype != 0 || declared->tuple)) {
+		    op != OP_OPAQUE && op != OP_CONVERT &&
+		    (declared->dtype != 0 || declared->tuple)) {
 			struct shape d;
 			char sa[128], sb[128];
 			int rv2 = shape_from_proto(&d, declared, st);

@@ -37,6 +37,11 @@ enum opcode {
 	OP_NEGATE,
 	OP_TRANSPOSE,
 	OP_DOT,
+	/*
+	 * An op podemu has no kernel for (its HLO name in Node.name), with a declared shape: it is
+	 * planned and accounted like any other, and refused by a pod with real bytes.
+	 */
+	OP_OPAQUE,
 	OP_COUNT
 };
 

@@ -560,6 +560,17 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	int rv = graph_check(g, world, shapes, st);
 	if (rv != ST_OK)
 		return rv;
+	/* Ops without kernels can be planned and accounted, but not computed with real bytes. */
+	pthread_mutex_lock(&co->reg.lock);
+	bool backed = strcmp(co->reg.hosts[0].backing, "host") == 0;
+	pthread_mutex_unlock(&co->reg.lock);
+	for (size_t i = 0; backed && !req->compile_only && i < g->n_nodes; i++)
+		if (opcode_parse(g->nodes[i]->opcode) == OP_OPAQUE)
+			return status_set(st, ST_UNIMPLEMENTED,
+			                  "node %zu: %s has no kernel in podemu; a pod with "
+			                  "--backing none plans and accounts it",
+			                  i,
+			                  g->nodes[i]->name ? g->nodes[i]->name : "an opaque op");
 	pthread_mutex_lock(&co->reg.lock);
 	for (size_t i = 0; i < g->n_nodes && rv == ST_OK; i++) {
 		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)

@@ -215,8 +215,17 @@ import json, sys
 r = json.load(sys.stdin)
 assert [o["sum"] for o in r["outputs"]] == [-64.0 * 64] * 8, r["outputs"]' || fail "run layer.hlo"
 if pe run "$hlo/no-kernel.hlo" >"$state/err.txt" 2>&1; then fail "run of an op without a kernel"; fi
-grep -q "UNIMPLEMENTED: line 5: e (exponential) cannot run on the pod" "$state/err.txt" ||
+grep -q "UNIMPLEMENTED: node 1: exponential (e, line 5) has no kernel in podemu" "$state/err.txt" ||
 	fail "run: $(cat "$state/err.txt")"
+pe down >/dev/null
+# Without real bytes, an op without a kernel is planned and accounted like any other.
+pe up --hosts 2 --cores-per-host 4 --hbm 256M --backing none --port 0 >/dev/null
+pe run "$hlo/no-kernel.hlo" --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["planned_peak_bytes"] == 2 * 256, r      # parameter and result, 256-byte aligned
+for c in r["cores"]:
+    assert c["peak_bytes_in_use"] == r["planned_peak_bytes"], c' || fail "run --backing none"
 pe down >/dev/null
 
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.

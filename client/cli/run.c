@@ -384,7 +384,20 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		v->t = pe_collective_permute(arg(r, in, 0), pairs, n);
 		free(pairs);
 	} else {
-		return unimplemented(r, in, "podemu has no kernel for it");
+		/* Planned and accounted; refused by a pod with real bytes. */
+		if (s->type == HT_TUPLE)
+			return unimplemented(r, in, "a tuple-shaped op without a kernel");
+		for (int k = 0; k < in->n_operands; k++)
+			if (arg(r, in, k) == NULL)
+				return unimplemented(r, in, "an op without a kernel on a tuple");
+		char name[160];
+		snprintf(name, sizeof(name), "%s (%s, line %d)", in->opcode, in->name, in->line);
+		pe_tensor **ops = calloc((size_t)in->n_operands + 1, sizeof(*ops));
+		for (int k = 0; ops != NULL && k < in->n_operands; k++)
+			ops[k] = arg(r, in, k);
+		v->t = ops ? pe_opaque(r->c, name, dtype, s->dims, s->rank, ops, in->n_operands)
+		           : NULL;
+		free(ops);
 	}
 	if (v->t == NULL)
 		return status_set(&r->st,

@@ -119,6 +119,13 @@ PE_API pe_tensor *pe_convert(pe_tensor *a, pe_dtype dtype);
 PE_API pe_tensor *pe_negate(pe_tensor *a);
 /* Dimension d of the result is dimension permutation[d] of a (XLA transpose). */
 PE_API pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int rank);
+/*
+ * An op podemu has no kernel for (name says which, e.g. "exponential"), with its result shape:
+ * planned and accounted on a pod with --backing none; a pod with real bytes refuses the step
+ * with UNIMPLEMENTED naming it.
+ */
+PE_API pe_tensor *pe_opaque(pe_client *c, const char *name, pe_dtype dtype, const int64_t *dims,
+                            int rank, pe_tensor *const *operands, int n_operands);
 /* Matrix product of a [m,k] and b [k,n] (XLA dot contracting a's dimension 1 with b's 0). */
 PE_API pe_tensor *pe_dot(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_reshape(pe_tensor *a, const int64_t *dims, int rank);
