@@ -472,7 +472,7 @@ static void apply_scale(struct run *r, const struct shape *s, double scale)
 	} else if (s->dtype == DT_BF16) {
 		uint16_t *o = (uint16_t *)r->out;
 		for (int64_t i = 0; i < n; i++)
-			o[i] = kernel_f32_to_bf16((float)(kernel_bf16_to_f32(o[i]) * scale));
+			o[i] = dtype_f32_to_bf16((float)(dtype_bf16_to_f32(o[i]) * scale));
 	}
 }
 

@@ -4,45 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-float kernel_bf16_to_f32(uint16_t v)
-{
-	uint32_t bits = (uint32_t)v << 16;
-	float f;
-	memcpy(&f, &bits, sizeof(f));
-	return f;
-}
-
-uint16_t kernel_f32_to_bf16(float f)
-{
-	uint32_t bits;
-	memcpy(&bits, &f, sizeof(bits));
-	if (isnan(f))
-		return 0x7fc0;
-	bits += 0x7fff + ((bits >> 16) & 1);
-	return (uint16_t)(bits >> 16);
-}
-
 static int is_float(int dtype)
 {
 	return dtype == DT_F32 || dtype == DT_BF16;
-}
-
-static double load(int dtype, const void *p, int64_t i)
-{
-	switch (dtype) {
-	case DT_F32:
-		return ((const float *)p)[i];
-	case DT_BF16:
-		return kernel_bf16_to_f32(((const uint16_t *)p)[i]);
-	case DT_S32:
-		return ((const int32_t *)p)[i];
-	case DT_U32:
-		return ((const uint32_t *)p)[i];
-	case DT_U8:
-	case DT_PRED:
-		return ((const uint8_t *)p)[i];
-	}
-	return 0;
 }
 
 static int64_t load_int(int dtype, const void *p, int64_t i)
@@ -56,7 +20,7 @@ static int64_t load_int(int dtype, const void *p, int64_t i)
 	case DT_PRED:
 		return ((const uint8_t *)p)[i];
 	}
-	return (int64_t)load(dtype, p, i);
+	return (int64_t)dtype_load(dtype, p, i);
 }
 
 /* Stores an integer result, wrapping as two's-complement hardware does. */
@@ -78,38 +42,6 @@ static void store_int(int dtype, void *p, int64_t i, int64_t v)
 	}
 }
 
-static double saturate(double v, double lo, double hi)
-{
-	if (isnan(v))
-		return 0;
-	return v < lo ? lo : v > hi ? hi : v;
-}
-
-/* Stores a value converted to dtype: floats round, integers saturate (NaN gives 0). */
-static void store(int dtype, void *p, int64_t i, double v)
-{
-	switch (dtype) {
-	case DT_F32:
-		((float *)p)[i] = (float)v;
-		return;
-	case DT_BF16:
-		((uint16_t *)p)[i] = kernel_f32_to_bf16((float)v);
-		return;
-	case DT_S32:
-		((int32_t *)p)[i] = (int32_t)saturate(trunc(v), -2147483648.0, 2147483647.0);
-		return;
-	case DT_U32:
-		((uint32_t *)p)[i] = (uint32_t)saturate(trunc(v), 0, 4294967295.0);
-		return;
-	case DT_U8:
-		((uint8_t *)p)[i] = (uint8_t)saturate(trunc(v), 0, 255);
-		return;
-	case DT_PRED:
-		((uint8_t *)p)[i] = !isnan(v) && v != 0;
-		return;
-	}
-}
-
 static void fill(const struct shape *s, void *out, double value)
 {
 	int64_t n = shape_elements(s);
@@ -123,7 +55,7 @@ static void fill(const struct shape *s, void *out, double value)
 	if (n == 0)
 		return;
 	size_t es = dtype_size(s->dtype);
-	store(s->dtype, out, 0, value);
+	dtype_store(s->dtype, out, 0, value);
 	for (int64_t i = 1; i < n; i++)
 		memcpy((unsigned char *)out + (size_t)i * es, out, es);
 }
@@ -176,7 +108,8 @@ static void binary(const struct kernel_call *k)
 	}
 	for (int64_t i = 0; i < n; i++) {
 		if (is_float(dt)) {
-			float x = (float)load(dt, a, i), y = (float)load(dt, b, i), r = 0;
+			float x = (float)dtype_load(dt, a, i), y = (float)dtype_load(dt, b, i),
+			      r = 0;
 			switch (k->op) {
 			case OP_ADD:
 				r = x + y;
@@ -196,7 +129,7 @@ static void binary(const struct kernel_call *k)
 			default:
 				break;
 			}
-			store(dt, k->out, i, r);
+			dtype_store(dt, k->out, i, r);
 		} else {
 			int64_t x = load_int(dt, a, i), y = load_int(dt, b, i), r = 0;
 			switch (k->op) {
@@ -237,7 +170,7 @@ static void convert(const struct kernel_call *k)
 			          to == DT_PRED ? load_int(from, k->in[0], i) != 0
 			                        : load_int(from, k->in[0], i));
 		else
-			store(to, k->out, i, load(from, k->in[0], i));
+			dtype_store(to, k->out, i, dtype_load(from, k->in[0], i));
 	}
 }
 
@@ -248,7 +181,7 @@ static void iota(const struct kernel_call *k)
 	int64_t idx[SHAPE_MAX_RANK] = {0};
 	int64_t n = shape_elements(s);
 	for (int64_t i = 0; i < n; i++) {
-		store(s->dtype, k->out, i, (double)idx[dim]);
+		dtype_store(s->dtype, k->out, i, (double)idx[dim]);
 		next_index(idx, s->dims, s->rank);
 	}
 }
@@ -353,7 +286,7 @@ static int reduce(const struct kernel_call *k, struct status *st)
 		for (int d = 0, od = 0; d < in->rank; d++)
 			if (!reduced[d])
 				at += idx[d] * out_strides[od++];
-		double v = load(in->dtype, k->in[0], i);
+		double v = dtype_load(in->dtype, k->in[0], i);
 		switch (kind) {
 		case 0:
 			acc[at] += v;
@@ -372,7 +305,7 @@ static int reduce(const struct kernel_call *k, struct status *st)
 	}
 	for (int64_t i = 0; i < n_out; i++) {
 		if (is_float(out->dtype))
-			store(out->dtype, k->out, i, acc[i]);
+			dtype_store(out->dtype, k->out, i, acc[i]);
 		else
 			store_int(out->dtype, k->out, i,
 			          (int64_t)fmod(acc[i], 18446744073709551616.0));
@@ -387,7 +320,7 @@ static void negate(const struct kernel_call *k)
 	int64_t n = shape_elements(k->out_shape);
 	for (int64_t i = 0; i < n; i++) {
 		if (is_float(dt))
-			store(dt, k->out, i, -load(dt, k->in[0], i));
+			dtype_store(dt, k->out, i, -dtype_load(dt, k->in[0], i));
 		else
 			store_int(dt, k->out, i, -load_int(dt, k->in[0], i));
 	}
@@ -424,13 +357,13 @@ static int dot(const struct kernel_call *k, struct status *st)
 		for (int64_t j = 0; j < n; j++)
 			row[j] = 0;
 		for (int64_t p = 0; p < kk; p++) {
-			double x = load(dt, k->in[0], i * kk + p);
+			double x = dtype_load(dt, k->in[0], i * kk + p);
 			for (int64_t j = 0; j < n; j++)
-				row[j] += x * load(dt, k->in[1], p * n + j);
+				row[j] += x * dtype_load(dt, k->in[1], p * n + j);
 		}
 		for (int64_t j = 0; j < n; j++) {
 			if (is_float(dt))
-				store(dt, k->out, i * n + j, row[j]);
+				dtype_store(dt, k->out, i * n + j, row[j]);
 			else
 				store_int(dt, k->out, i * n + j,
 				          (int64_t)fmod(row[j], 18446744073709551616.0));
@@ -520,7 +453,7 @@ void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, 
 		uint16_t *d = dst;
 		const uint16_t *s = src;
 		for (int64_t i = 0; i < n; i++) {
-			float x = kernel_bf16_to_f32(d[i]), y = kernel_bf16_to_f32(s[i]), r = x;
+			float x = dtype_bf16_to_f32(d[i]), y = dtype_bf16_to_f32(s[i]), r = x;
 			if (red == RED_ADD)
 				r = x + y;
 			else if (red == RED_MULTIPLY)
@@ -529,7 +462,7 @@ void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, 
 				r = (isnan(x) || x > y) ? x : y;
 			else if (red == RED_MIN)
 				r = (isnan(x) || x < y) ? x : y;
-			d[i] = kernel_f32_to_bf16(r);
+			d[i] = dtype_f32_to_bf16(r);
 		}
 		return;
 	}

@@ -34,8 +34,4 @@ int kernel_run(const struct kernel_call *k, struct status *st);
  */
 void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, int64_t nbytes);
 
-/* Element conversions shared with tests: bf16 <-> f32 with round-to-nearest-even. */
-float kernel_bf16_to_f32(uint16_t v);
-uint16_t kernel_f32_to_bf16(float f);
-
 #endif

@@ -199,11 +199,7 @@ int main(int argc, char **argv)
 	    {"host-index", required_argument, NULL, 'i'},
 	    {"backing", required_argument, NULL, 'b'},
 	    {"heartbeat-ms", required_argument, NULL, 'B'},
-	    {"token-file", required_argument, NULL, 'k'},
-	    {"insecure", no_argument, NULL, 'I'},
-	    {"tls-cert", required_argument, NULL, 1001},
-	    {"tls-key", required_argument, NULL, 1002},
-	    {"tls-ca", required_argument, NULL, 1003},
+	    DAEMON_TRUST_LONG_OPTIONS,
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
@@ -211,9 +207,8 @@ int main(int argc, char **argv)
 	static struct agent_main m;
 	const char *coordinator = "tcp://127.0.0.1:7460", *data_listen = "tcp://127.0.0.1:0";
 	const char *control_listen = "tcp://127.0.0.1:0", *advertise_host = NULL;
-	int heartbeat_ms = 1000, insecure = 0;
-	const char *token_file = NULL;
-	const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
+	int heartbeat_ms = 1000;
+	struct daemon_trust trust = {0};
 	enum log_level level = LOG_INFO;
 	m.backing = "host";
 	m.requested_index = -1;
@@ -241,21 +236,7 @@ int main(int argc, char **argv)
 		case 'b':
 			m.backing = optarg;
 			break;
-		case 'k':
-			token_file = optarg;
-			break;
-		case 'I':
-			insecure = 1;
-			break;
-		case 1001:
-			tls_cert = optarg;
-			break;
-		case 1002:
-			tls_key = optarg;
-			break;
-		case 1003:
-			tls_ca = optarg;
-			break;
+
 		case 'B':
 			heartbeat_ms = atoi(optarg);
 			break;
@@ -266,6 +247,8 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		default:
+			if (daemon_trust_option(&trust, c, optarg))
+				break;
 			usage(stderr);
 			return 2;
 		}
@@ -279,7 +262,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_init("agent", level);
-	tls_set_files(tls_cert, tls_key, tls_ca);
 	signal(SIGPIPE, SIG_IGN);
 	/*
 	 * Chunk buffers (a few MiB, allocated and freed for every chunk) must come from reused heap
@@ -291,7 +273,7 @@ int main(int argc, char **argv)
 	struct status st;
 	char token[TOKEN_MAX + 1];
 	const char *listens[] = {data_listen, control_listen};
-	if (token_for_daemon(token, token_file, insecure, listens, 2, &st) != ST_OK) {
+	if (token_for_daemon(token, &trust, listens, 2, &st) != ST_OK) {
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 2;
 	}

@@ -1,5 +1,6 @@
 #include "dtype.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -111,4 +112,71 @@ bool shape_equal(const struct shape *a, const struct shape *b)
 		if (a->dims[i] != b->dims[i])
 			return false;
 	return true;
+}
+
+float dtype_bf16_to_f32(uint16_t v)
+{
+	uint32_t bits = (uint32_t)v << 16;
+	float f;
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+uint16_t dtype_f32_to_bf16(float f)
+{
+	uint32_t bits;
+	memcpy(&bits, &f, sizeof(bits));
+	if (isnan(f))
+		return 0x7fc0;
+	bits += 0x7fff + ((bits >> 16) & 1);
+	return (uint16_t)(bits >> 16);
+}
+
+double dtype_load(int dtype, const void *p, int64_t i)
+{
+	switch (dtype) {
+	case DT_F32:
+		return ((const float *)p)[i];
+	case DT_BF16:
+		return dtype_bf16_to_f32(((const uint16_t *)p)[i]);
+	case DT_S32:
+		return ((const int32_t *)p)[i];
+	case DT_U32:
+		return ((const uint32_t *)p)[i];
+	case DT_U8:
+	case DT_PRED:
+		return ((const uint8_t *)p)[i];
+	}
+	return 0;
+}
+
+static double saturate(double v, double lo, double hi)
+{
+	if (isnan(v))
+		return 0;
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+void dtype_store(int dtype, void *p, int64_t i, double v)
+{
+	switch (dtype) {
+	case DT_F32:
+		((float *)p)[i] = (float)v;
+		return;
+	case DT_BF16:
+		((uint16_t *)p)[i] = dtype_f32_to_bf16((float)v);
+		return;
+	case DT_S32:
+		((int32_t *)p)[i] = (int32_t)saturate(trunc(v), -2147483648.0, 2147483647.0);
+		return;
+	case DT_U32:
+		((uint32_t *)p)[i] = (uint32_t)saturate(trunc(v), 0, 4294967295.0);
+		return;
+	case DT_U8:
+		((uint8_t *)p)[i] = (uint8_t)saturate(trunc(v), 0, 255);
+		return;
+	case DT_PRED:
+		((uint8_t *)p)[i] = !isnan(v) && v != 0;
+		return;
+	}
 }

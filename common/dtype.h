@@ -52,6 +52,17 @@ char *shape_format(char *buf, size_t len, const struct shape *s);
 
 bool shape_equal(const struct shape *a, const struct shape *b);
 
+/* bfloat16 from and to float (round to nearest even; NaN stays NaN). */
+float dtype_bf16_to_f32(uint16_t v);
+uint16_t dtype_f32_to_bf16(float f);
+
+/*
+ * Element i of an array of dtype as a double, and the store back: floats round, integers
+ * saturate (NaN gives 0), pred is v != 0.
+ */
+double dtype_load(int dtype, const void *p, int64_t i);
+void dtype_store(int dtype, void *p, int64_t i, double v);
+
 /* a * b into *out; returns false on int64 overflow or a negative operand. */
 bool mul_overflow_i64(int64_t a, int64_t b, int64_t *out);
 

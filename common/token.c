@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tls.h"
+
 int token_load(char out[TOKEN_MAX + 1], const char *file, struct status *st)
 {
 	out[0] = '\0';
@@ -71,11 +73,35 @@ bool url_is_local(const char *url)
 	       strncmp(host, "[::1]:", 6) == 0;
 }
 
-int token_for_daemon(char out[TOKEN_MAX + 1], const char *file, bool insecure,
+bool daemon_trust_option(struct daemon_trust *t, int opt, const char *arg)
+{
+	switch (opt - DAEMON_TRUST_OPT_BASE) {
+	case 0:
+		t->token_file = arg;
+		return true;
+	case 1:
+		t->insecure = true;
+		return true;
+	case 2:
+		t->tls_cert = arg;
+		return true;
+	case 3:
+		t->tls_key = arg;
+		return true;
+	case 4:
+		t->tls_ca = arg;
+		return true;
+	default:
+		return false;
+	}
+}
+
+int token_for_daemon(char out[TOKEN_MAX + 1], const struct daemon_trust *t,
                      const char *const *listen_urls, int n, struct status *st)
 {
-	int rv = token_load(out, file, st);
-	if (rv != ST_OK || out[0] != '\0' || insecure)
+	tls_set_files(t->tls_cert, t->tls_key, t->tls_ca);
+	int rv = token_load(out, t->token_file, st);
+	if (rv != ST_OK || out[0] != '\0' || t->insecure)
 		return rv;
 	for (int i = 0; i < n; i++)
 		if (!url_is_local(listen_urls[i]))

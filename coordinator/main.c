@@ -92,11 +92,7 @@ int main(int argc, char **argv)
 	    {"heartbeat-timeout-ms", required_argument, NULL, 'B'},
 	    {"collective-algo", required_argument, NULL, 'A'},
 	    {"window", required_argument, NULL, 'W'},
-	    {"token-file", required_argument, NULL, 'k'},
-	    {"insecure", no_argument, NULL, 'I'},
-	    {"tls-cert", required_argument, NULL, 1001},
-	    {"tls-key", required_argument, NULL, 1002},
-	    {"tls-ca", required_argument, NULL, 1003},
+	    DAEMON_TRUST_LONG_OPTIONS,
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
@@ -105,9 +101,7 @@ int main(int argc, char **argv)
 	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
 	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
-	const char *token_file = NULL;
-	const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
-	int insecure = 0;
+	struct daemon_trust trust = {0};
 	enum log_level level = LOG_INFO;
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -142,21 +136,7 @@ int main(int argc, char **argv)
 		case 'A':
 			algo = optarg;
 			break;
-		case 'k':
-			token_file = optarg;
-			break;
-		case 'I':
-			insecure = 1;
-			break;
-		case 1001:
-			tls_cert = optarg;
-			break;
-		case 1002:
-			tls_key = optarg;
-			break;
-		case 1003:
-			tls_ca = optarg;
-			break;
+
 		case 'W':
 			window = atoi(optarg);
 			break;
@@ -167,12 +147,13 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		default:
+			if (daemon_trust_option(&trust, c, optarg))
+				break;
 			usage(stderr);
 			return 2;
 		}
 	}
 	log_init("coordinator", level);
-	tls_set_files(tls_cert, tls_key, tls_ca);
 	signal(SIGPIPE, SIG_IGN);
 
 	struct status st;
@@ -209,7 +190,7 @@ int main(int argc, char **argv)
 	}
 
 	char token[TOKEN_MAX + 1];
-	if (token_for_daemon(token, token_file, insecure, &listen_url, 1, &st) != ST_OK) {
+	if (token_for_daemon(token, &trust, &listen_url, 1, &st) != ST_OK) {
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 2;
 	}

@@ -61,10 +61,10 @@ static void test_elementwise(void **state)
 
 static void test_convert_and_bf16(void **state)
 {
-	assert_int_equal(kernel_f32_to_bf16(1.0f), 0x3f80);
+	assert_int_equal(dtype_f32_to_bf16(1.0f), 0x3f80);
 	/* 1 + 2^-8 lies halfway between two bf16 values: rounds to even (1.0). */
-	assert_int_equal(kernel_f32_to_bf16(1.00390625f), 0x3f80);
-	assert_true(kernel_bf16_to_f32(0x4049) > 3.14f && kernel_bf16_to_f32(0x4049) < 3.15f);
+	assert_int_equal(dtype_f32_to_bf16(1.00390625f), 0x3f80);
+	assert_true(dtype_bf16_to_f32(0x4049) > 3.14f && dtype_bf16_to_f32(0x4049) < 3.15f);
 	Podemu__Node n = PODEMU__NODE__INIT;
 	struct shape f = mk(DT_F32, 3, 0, 1), s = mk(DT_S32, 3, 0, 1), u = mk(DT_U8, 3, 0, 1);
 	float a[] = {-3.7f, 1e10f, NAN};

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "collective.h"
+#include "dtype.h"
 #include "status.h"
 #include "topology.h"
 
@@ -106,7 +107,7 @@ static float value(int r, int64_t i)
 	return (float)((r * 7 + i * 3) % 9 - 4);
 }
 
-/* The benchmarked element types; the values are small integers, exact in each. */
+/* The benchmarked element types (values as dtype.h's); small integers are exact in each. */
 struct bench_dtype {
 	const char *name;
 	pe_dtype dtype;
@@ -115,40 +116,6 @@ struct bench_dtype {
 
 static const struct bench_dtype dtypes[] = {
     {"f32", PE_F32, 4}, {"bf16", PE_BF16, 2}, {"s32", PE_S32, 4}, {NULL, PE_F32, 0}};
-
-static void encode(const struct bench_dtype *t, float v, unsigned char *dst)
-{
-	if (t->dtype == PE_S32) {
-		int32_t i = (int32_t)v;
-		memcpy(dst, &i, 4);
-	} else if (t->dtype == PE_BF16) {
-		uint32_t bits;
-		memcpy(&bits, &v, 4);
-		uint16_t top = (uint16_t)(bits >> 16); /* small integers: exact */
-		memcpy(dst, &top, 2);
-	} else {
-		memcpy(dst, &v, 4);
-	}
-}
-
-static float decode(const struct bench_dtype *t, const unsigned char *src)
-{
-	float v;
-	if (t->dtype == PE_S32) {
-		int32_t i;
-		memcpy(&i, src, 4);
-		return (float)i;
-	}
-	if (t->dtype == PE_BF16) {
-		uint16_t top;
-		memcpy(&top, src, 2);
-		uint32_t bits = (uint32_t)top << 16;
-		memcpy(&v, &bits, 4);
-		return v;
-	}
-	memcpy(&v, src, 4);
-	return v;
-}
 
 /* Compares core r's output with the host's computation of the same collective. */
 static int check_core(enum bench_op op, const struct member_groups *mg, int world, int r,
@@ -180,7 +147,7 @@ static int check_core(enum bench_op op, const struct member_groups *mg, int worl
 			want = value((r + world - 1) % world, i);
 			break;
 		}
-		if (decode(t, got + i * t->size) != want)
+		if (dtype_load(t->dtype, got, i) != want)
 			return 0;
 	}
 	return 1;
@@ -240,7 +207,7 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 	for (int r = 0; r < world; r++) {
 		data[r] = malloc((size_t)in_elems * (size_t)t->size);
 		for (int64_t i = 0; i < in_elems; i++)
-			encode(t, value(r, i), data[r] + i * t->size);
+			dtype_store(t->dtype, data[r], i, value(r, i));
 	}
 	pe_tensor *x = pe_upload(c, t->dtype, &in_elems, 1, (const void *const *)data);
 	for (int r = 0; r < world; r++)

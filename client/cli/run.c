@@ -16,6 +16,7 @@
 
 #include "arena.h"
 #include "compile.h"
+#include "dtype.h"
 #include "hlo.h"
 #include "podemu/podemu.h"
 
@@ -84,59 +85,6 @@ static int64_t literal_numbers(const char *text, double *out, int64_t max)
 		}
 	}
 	return n;
-}
-
-static void encode(int dtype, double v, unsigned char *dst)
-{
-	if (dtype == PE_F32) {
-		float f = (float)v;
-		memcpy(dst, &f, 4);
-	} else if (dtype == PE_BF16) {
-		float f = (float)v;
-		uint32_t bits;
-		memcpy(&bits, &f, 4);
-		bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
-		uint16_t top = (uint16_t)(bits >> 16);
-		memcpy(dst, &top, 2);
-	} else if (dtype == PE_S32 || dtype == PE_U32) {
-		int32_t i = (int32_t)v;
-		memcpy(dst, &i, 4);
-	} else {
-		*dst = (unsigned char)(v != 0 ? (dtype == PE_U8 ? (int)v : 1) : 0);
-	}
-}
-
-static double decode(int dtype, const unsigned char *src)
-{
-	if (dtype == PE_F32) {
-		float f;
-		memcpy(&f, src, 4);
-		return f;
-	}
-	if (dtype == PE_BF16) {
-		uint16_t top;
-		memcpy(&top, src, 2);
-		uint32_t bits = (uint32_t)top << 16;
-		float f;
-		memcpy(&f, &bits, 4);
-		return f;
-	}
-	if (dtype == PE_S32) {
-		int32_t i;
-		memcpy(&i, src, 4);
-		return i;
-	}
-	if (dtype == PE_U32) {
-		uint32_t u;
-		memcpy(&u, src, 4);
-		return u;
-	}
-	return *src;
-}
-
-static size_t pe_size(int dtype)
-{
-	return dtype == PE_F32 || dtype == PE_S32 || dtype == PE_U32 ? 4 : dtype == PE_BF16 ? 2 : 1;
 }
 
 /* The reduction of a to_apply computation: its root's opcode. */
@@ -259,10 +207,10 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 			v->scalar = nums[0];
 			v->t = pe_full(r->c, dtype, s->dims, s->rank, nums[0]);
 		} else {
-			size_t es = pe_size(dtype);
+			size_t es = dtype_size(dtype);
 			unsigned char *bytes = malloc((size_t)count * es + 1);
 			for (int64_t i = 0; bytes != NULL && i < count; i++)
-				encode(dtype, nums[i], bytes + i * (int64_t)es);
+				dtype_store(dtype, bytes, i, nums[i]);
 			int world = pe_world_size(r->c);
 			const void **per_core = calloc((size_t)world, sizeof(void *));
 			for (int k = 0; per_core != NULL && k < world; k++)
@@ -420,7 +368,7 @@ static pe_tensor *parameter(struct runner *r, const struct run_options *o,
 	if (o->param_dir == NULL)
 		return pe_full(r->c, dtype, s->dims, s->rank, o->fill);
 	int world = pe_world_size(r->c);
-	size_t bytes = (size_t)hlo_shape_elements(s) * pe_size(dtype);
+	size_t bytes = (size_t)hlo_shape_elements(s) * dtype_size(dtype);
 	void **per_core = calloc((size_t)world, sizeof(void *));
 	pe_tensor *t = NULL;
 	int k = 0;
@@ -457,7 +405,7 @@ static void print_output(const struct runner *r, const struct run_options *o, in
 	int rank;
 	pe_tensor_shape(t, &dtype, dims, &rank);
 	int64_t bytes = pe_tensor_bytes(t);
-	size_t es = pe_size(dtype);
+	size_t es = dtype_size(dtype);
 	int64_t count = (int64_t)((size_t)bytes / es);
 	unsigned char *buf = malloc((size_t)bytes + 1);
 	int world = pe_world_size(r->c);
@@ -465,7 +413,7 @@ static void print_output(const struct runner *r, const struct run_options *o, in
 		int rv = pe_fetch(t, core, buf, (size_t)bytes);
 		double sum = 0;
 		for (int64_t i = 0; rv == PE_OK && i < count; i++)
-			sum += decode(dtype, buf + i * (int64_t)es);
+			sum += dtype_load(dtype, buf, i);
 		if (o->json) {
 			printf("%s{\"output\": %d, \"core\": %d, \"elements\": %lld, \"sum\": ",
 			       *first ? "" : ", ", index, core, (long long)count);
@@ -480,7 +428,7 @@ static void print_output(const struct runner *r, const struct run_options *o, in
 			if (rv == PE_OK) {
 				printf("%.9g, first", sum);
 				for (int64_t i = 0; i < count && i < 4; i++)
-					printf(" %.9g", decode(dtype, buf + i * (int64_t)es));
+					printf(" %.9g", dtype_load(dtype, buf, i));
 			}
 			printf("\n");
 		}
