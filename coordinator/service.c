@@ -511,7 +511,20 @@ static int fan_call_watched(struct coordinator *co, struct rpc_client **clients,
 	pthread_t thread;
 	int watching = pthread_create(&thread, NULL, watch_main, &w) == 0;
 	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, cancels, &w};
-	fanout_run(n, fan_one, &f);
+	/* One host (a transfer, say): call it from this thread rather than a thread per host. */
+	int called = 0, only = -1;
+	for (int h = 0; h < n; h++)
+		if (requests[h] != NULL) {
+			called++;
+			only = h;
+		}
+	if (called == 1) {
+		for (int h = 0; h < n; h++)
+			status_clear(&sts[h]);
+		fan_one(only, &f);
+	} else {
+		fanout_run(n, fan_one, &f);
+	}
 	if (watching) {
 		pthread_mutex_lock(&w.lock);
 		w.done = 1;
