@@ -1,6 +1,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,19 @@ static int next_index(int64_t *idx, const int64_t *dims, int rank)
 	return 0;
 }
 
+/*
+ * XLA's integer division: x / 0 is -1 (all bits set) for signed and unsigned types, and the
+ * most negative value divided by -1 is itself; otherwise it rounds toward zero.
+ */
+static int64_t int_divide(int dtype, int64_t x, int64_t y)
+{
+	if (y == 0)
+		return dtype == DT_S32 ? -1 : (int64_t)UINT64_MAX;
+	if (dtype == DT_S32 && x == INT32_MIN && y == -1)
+		return x;
+	return x / y;
+}
+
 static void binary(const struct kernel_call *k)
 {
 	int dt = k->out_shape->dtype;
@@ -101,6 +115,10 @@ static void binary(const struct kernel_call *k)
 		case OP_MULTIPLY:
 			for (int64_t i = 0; i < n; i++)
 				o[i] = x[i] * y[i];
+			return;
+		case OP_DIVIDE:
+			for (int64_t i = 0; i < n; i++)
+				o[i] = x[i] / y[i];
 			return;
 		default:
 			break;
@@ -126,6 +144,9 @@ static void binary(const struct kernel_call *k)
 			case OP_MINIMUM:
 				r = (isnan(x) || x < y) ? x : y;
 				break;
+			case OP_DIVIDE:
+				r = x / y;
+				break;
 			default:
 				break;
 			}
@@ -147,6 +168,15 @@ static void binary(const struct kernel_call *k)
 				break;
 			case OP_MINIMUM:
 				r = x < y ? x : y;
+				break;
+			case OP_DIVIDE:
+				r = int_divide(dt, x, y);
+				break;
+			case OP_AND:
+				r = dt == DT_PRED ? (x && y) : (x & y);
+				break;
+			case OP_OR:
+				r = dt == DT_PRED ? (x || y) : (x | y);
 				break;
 			default:
 				break;
@@ -314,16 +344,161 @@ static int reduce(const struct kernel_call *k, struct status *st)
 	return ST_OK;
 }
 
-static void negate(const struct kernel_call *k)
+static double unary_float(enum opcode op, double x)
+{
+	switch (op) {
+	case OP_NEGATE:
+		return -x;
+	case OP_ABS:
+		return fabs(x);
+	case OP_EXPONENTIAL:
+		return exp(x);
+	case OP_LOG:
+		return log(x);
+	case OP_TANH:
+		return tanh(x);
+	case OP_SQRT:
+		return sqrt(x);
+	case OP_RSQRT:
+		return 1.0 / sqrt(x);
+	default:
+		return x;
+	}
+}
+
+/* Elementwise one-operand ops; floats computed in double and rounded once. */
+static void unary(const struct kernel_call *k)
 {
 	int dt = k->out_shape->dtype;
 	int64_t n = shape_elements(k->out_shape);
 	for (int64_t i = 0; i < n; i++) {
-		if (is_float(dt))
-			dtype_store(dt, k->out, i, -dtype_load(dt, k->in[0], i));
-		else
-			store_int(dt, k->out, i, -load_int(dt, k->in[0], i));
+		if (is_float(dt)) {
+			dtype_store(dt, k->out, i, unary_float(k->op, dtype_load(dt, k->in[0], i)));
+			continue;
+		}
+		int64_t x = load_int(dt, k->in[0], i);
+		int64_t r = k->op == OP_NEGATE ? -x
+		            : k->op == OP_ABS  ? (x < 0 ? -x : x)
+		            : dt == DT_PRED    ? !x
+		                               : ~x; /* not */
+		store_int(dt, k->out, i, r);
 	}
+}
+
+/* pred result; floats compare as IEEE does (NaN is unordered: only NE holds). */
+static void compare(const struct kernel_call *k)
+{
+	int dt = k->in_shapes[0]->dtype;
+	enum comparison dir = comparison_parse(k->node->comparison_direction);
+	int64_t n = shape_elements(k->out_shape);
+	uint8_t *o = k->out;
+	for (int64_t i = 0; i < n; i++) {
+		double x =
+		    is_float(dt) ? dtype_load(dt, k->in[0], i) : (double)load_int(dt, k->in[0], i);
+		double y =
+		    is_float(dt) ? dtype_load(dt, k->in[1], i) : (double)load_int(dt, k->in[1], i);
+		switch (dir) {
+		case CMP_EQ:
+			o[i] = x == y;
+			break;
+		case CMP_NE:
+			o[i] = x != y;
+			break;
+		case CMP_LT:
+			o[i] = x < y;
+			break;
+		case CMP_LE:
+			o[i] = x <= y;
+			break;
+		case CMP_GT:
+			o[i] = x > y;
+			break;
+		default:
+			o[i] = x >= y;
+			break;
+		}
+	}
+}
+
+static void select_op(const struct kernel_call *k)
+{
+	size_t es = dtype_size(k->out_shape->dtype);
+	int64_t n = shape_elements(k->out_shape);
+	const uint8_t *p = k->in[0];
+	for (int64_t i = 0; i < n; i++)
+		memcpy((unsigned char *)k->out + (size_t)i * es,
+		       (const unsigned char *)k->in[p[i] ? 1 : 2] + (size_t)i * es, es);
+}
+
+/* Result dimension dimensions[i] indexes operand dimension i; the others repeat it. */
+static void broadcast(const struct kernel_call *k)
+{
+	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
+	size_t es = dtype_size(out->dtype);
+	int64_t in_strides[SHAPE_MAX_RANK], idx[SHAPE_MAX_RANK] = {0};
+	strides_of(in, in_strides);
+	int64_t n = shape_elements(out);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t from = 0;
+		for (int d = 0; d < in->rank; d++)
+			from += idx[k->node->dimensions[d]] * in_strides[d];
+		memcpy((unsigned char *)k->out + (size_t)i * es,
+		       (const unsigned char *)k->in[0] + (size_t)from * es, es);
+		next_index(idx, out->dims, out->rank);
+	}
+}
+
+/* Start index of dimension d, clamped as XLA does so the window stays inside the operand. */
+static int64_t clamped_start(const struct kernel_call *k, int operand, int64_t dim, int64_t window)
+{
+	const struct shape *s = k->in_shapes[operand];
+	int64_t v = s->dtype == DT_S32 ? *(const int32_t *)k->in[operand]
+	                               : (int64_t) * (const uint32_t *)k->in[operand];
+	if (v > dim - window)
+		v = dim - window;
+	return v < 0 ? 0 : v;
+}
+
+/*
+ * Copies the box of size dims box[] between a row-major array (full) at start[] and a dense
+ * array (window): into the window when to_window, else out of it.
+ */
+static void copy_box(void *full, const struct shape *fs, const int64_t *start, void *window,
+                     const int64_t *box, bool to_window)
+{
+	size_t es = dtype_size(fs->dtype);
+	int64_t strides[SHAPE_MAX_RANK], idx[SHAPE_MAX_RANK] = {0}, n = 1;
+	strides_of(fs, strides);
+	for (int d = 0; d < fs->rank; d++)
+		n *= box[d];
+	for (int64_t i = 0; i < n; i++) {
+		int64_t at = 0;
+		for (int d = 0; d < fs->rank; d++)
+			at += (start[d] + idx[d]) * strides[d];
+		unsigned char *f = (unsigned char *)full + (size_t)at * es;
+		unsigned char *w = (unsigned char *)window + (size_t)i * es;
+		memcpy(to_window ? w : f, to_window ? f : w, es);
+		next_index(idx, box, fs->rank);
+	}
+}
+
+static void dynamic_slice(const struct kernel_call *k)
+{
+	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
+	int64_t start[SHAPE_MAX_RANK];
+	for (int d = 0; d < in->rank; d++)
+		start[d] = clamped_start(k, 1 + d, in->dims[d], out->dims[d]);
+	copy_box((void *)k->in[0], in, start, k->out, out->dims, true);
+}
+
+static void dynamic_update_slice(const struct kernel_call *k)
+{
+	const struct shape *in = k->in_shapes[0], *up = k->in_shapes[1];
+	int64_t start[SHAPE_MAX_RANK];
+	for (int d = 0; d < in->rank; d++)
+		start[d] = clamped_start(k, 2 + d, in->dims[d], up->dims[d]);
+	memmove(k->out, k->in[0], (size_t)shape_bytes(in));
+	copy_box(k->out, in, start, (void *)k->in[1], up->dims, false);
 }
 
 /* out[i0..] = in[..] with out dimension d taken from input dimension perm[d]. */
@@ -385,6 +560,12 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 	case OP_REPLICA_ID:
 		*(uint32_t *)k->out = (uint32_t)k->replica_id;
 		return ST_OK;
+	case OP_PARTITION_ID: /* one partition per program: every core is a replica */
+		*(uint32_t *)k->out = 0;
+		return ST_OK;
+	case OP_DIVIDE:
+	case OP_AND:
+	case OP_OR:
 	case OP_ADD:
 	case OP_SUBTRACT:
 	case OP_MULTIPLY:
@@ -410,7 +591,29 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 	case OP_REDUCE:
 		return reduce(k, st);
 	case OP_NEGATE:
-		negate(k);
+	case OP_NOT:
+	case OP_ABS:
+	case OP_EXPONENTIAL:
+	case OP_LOG:
+	case OP_TANH:
+	case OP_SQRT:
+	case OP_RSQRT:
+		unary(k);
+		return ST_OK;
+	case OP_COMPARE:
+		compare(k);
+		return ST_OK;
+	case OP_SELECT:
+		select_op(k);
+		return ST_OK;
+	case OP_BROADCAST:
+		broadcast(k);
+		return ST_OK;
+	case OP_DYNAMIC_SLICE:
+		dynamic_slice(k);
+		return ST_OK;
+	case OP_DYNAMIC_UPDATE_SLICE:
+		dynamic_update_slice(k);
 		return ST_OK;
 	case OP_TRANSPOSE:
 		transpose(k);

@@ -559,9 +559,173 @@ pe_tensor *pe_convert(pe_tensor *a, pe_dtype dtype)
 	return unary(a, n);
 }
 
+pe_tensor *pe_divide(pe_tensor *a, pe_tensor *b)
+{
+	return binary(a, b, OP_DIVIDE);
+}
+
+pe_tensor *pe_and(pe_tensor *a, pe_tensor *b)
+{
+	return binary(a, b, OP_AND);
+}
+
+pe_tensor *pe_or(pe_tensor *a, pe_tensor *b)
+{
+	return binary(a, b, OP_OR);
+}
+
+pe_tensor *pe_compare(pe_tensor *a, pe_tensor *b, const char *direction)
+{
+	if (a == NULL || b == NULL)
+		return NULL;
+	pe_client *c = a->c;
+	if (b->c != c) {
+		fail(c, ST_INVALID_ARGUMENT, "compare: operands belong to different clients");
+		return NULL;
+	}
+	Podemu__Node *n = node_new(c, OP_COMPARE);
+	if (n == NULL)
+		return NULL;
+	n->operands = arena_calloc(c->graph_arena, 2, sizeof(int32_t));
+	n->comparison_direction = arena_strdup(c->graph_arena, direction ? direction : "");
+	if (n->operands == NULL || n->comparison_direction == NULL)
+		return NULL;
+	if ((n->operands[0] = operand_of(a)) < 0 || (n->operands[1] = operand_of(b)) < 0)
+		return NULL;
+	n->n_operands = 2;
+	return node_tensor(c, n);
+}
+
+pe_tensor *pe_select(pe_tensor *pred, pe_tensor *on_true, pe_tensor *on_false)
+{
+	if (pred == NULL || on_true == NULL || on_false == NULL)
+		return NULL;
+	pe_client *c = pred->c;
+	if (on_true->c != c || on_false->c != c) {
+		fail(c, ST_INVALID_ARGUMENT, "select: operands belong to different clients");
+		return NULL;
+	}
+	Podemu__Node *n = node_new(c, OP_SELECT);
+	if (n == NULL)
+		return NULL;
+	n->operands = arena_calloc(c->graph_arena, 3, sizeof(int32_t));
+	if (n->operands == NULL)
+		return NULL;
+	pe_tensor *ops[3] = {pred, on_true, on_false};
+	for (int k = 0; k < 3; k++)
+		if ((n->operands[k] = operand_of(ops[k])) < 0)
+			return NULL;
+	n->n_operands = 3;
+	return node_tensor(c, n);
+}
+
 pe_tensor *pe_negate(pe_tensor *a)
 {
 	return a == NULL ? NULL : unary(a, node_new(a->c, OP_NEGATE));
+}
+
+pe_tensor *pe_not(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_NOT));
+}
+
+pe_tensor *pe_abs(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_ABS));
+}
+
+pe_tensor *pe_exponential(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_EXPONENTIAL));
+}
+
+pe_tensor *pe_log(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_LOG));
+}
+
+pe_tensor *pe_tanh(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_TANH));
+}
+
+pe_tensor *pe_sqrt(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_SQRT));
+}
+
+pe_tensor *pe_rsqrt(pe_tensor *a)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, OP_RSQRT));
+}
+
+pe_tensor *pe_broadcast(pe_tensor *a, const int64_t *dims, int rank,
+                        const int64_t *broadcast_dimensions)
+{
+	if (a == NULL)
+		return NULL;
+	if (rank < 0 || rank > PE_MAX_RANK) {
+		fail(a->c, ST_INVALID_ARGUMENT, "broadcast: rank %d is out of range", rank);
+		return NULL;
+	}
+	int in_rank = a->shape.rank;
+	Podemu__Node *n = node_new(a->c, OP_BROADCAST);
+	if (n == NULL || (n->shape = shape_new(a->c, a->shape.dtype, dims, rank)) == NULL)
+		return NULL;
+	n->dimensions = dims_copy(a->c, broadcast_dimensions, (size_t)in_rank);
+	n->n_dimensions = (size_t)in_rank;
+	return unary(a, n);
+}
+
+pe_tensor *pe_partition_id(pe_client *c)
+{
+	Podemu__Node *n = node_new(c, OP_PARTITION_ID);
+	return n ? node_tensor(c, n) : NULL;
+}
+
+/* dynamic-slice and dynamic-update-slice: operands, then one start index per dimension. */
+static pe_tensor *dynamic(enum opcode op, pe_tensor *a, pe_tensor *update, pe_tensor *const *starts,
+                          const int64_t *sizes)
+{
+	if (a == NULL || (op == OP_DYNAMIC_UPDATE_SLICE && update == NULL) || starts == NULL)
+		return NULL;
+	pe_client *c = a->c;
+	int rank = a->shape.rank, first = op == OP_DYNAMIC_SLICE ? 1 : 2;
+	for (int d = 0; d < rank; d++)
+		if (starts[d] == NULL)
+			return NULL;
+	Podemu__Node *n = node_new(c, op);
+	if (n == NULL)
+		return NULL;
+	n->operands = arena_calloc(c->graph_arena, (size_t)(first + rank), sizeof(int32_t));
+	if (n->operands == NULL)
+		return NULL;
+	for (int k = 0; k < first + rank; k++) {
+		pe_tensor *t = k == 0 ? a : k < first ? update : starts[k - first];
+		if (t->c != c) {
+			fail(c, ST_INVALID_ARGUMENT, "%s: operands belong to different clients",
+			     opcode_name(op));
+			return NULL;
+		}
+		if ((n->operands[k] = operand_of(t)) < 0)
+			return NULL;
+	}
+	n->n_operands = (size_t)(first + rank);
+	if (op == OP_DYNAMIC_SLICE) {
+		n->dimensions = dims_copy(c, sizes, (size_t)rank);
+		n->n_dimensions = (size_t)rank;
+	}
+	return node_tensor(c, n);
+}
+
+pe_tensor *pe_dynamic_slice(pe_tensor *a, pe_tensor *const *starts, const int64_t *sizes)
+{
+	return dynamic(OP_DYNAMIC_SLICE, a, NULL, starts, sizes);
+}
+
+pe_tensor *pe_dynamic_update_slice(pe_tensor *a, pe_tensor *update, pe_tensor *const *starts)
+{
+	return dynamic(OP_DYNAMIC_UPDATE_SLICE, a, update, starts, NULL);
 }
 
 pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int rank)
@@ -698,12 +862,15 @@ pe_tensor *pe_concatenate(pe_tensor *const *tensors, int n_tensors, int dimensio
 	return node_tensor(c, n);
 }
 
-pe_tensor *pe_reduce_sum(pe_tensor *a, const int64_t *dimensions, int n_dims)
+static const char *const reduce_names[] = {"add", "multiply", "max", "min", "and", "or"};
+
+pe_tensor *pe_reduce(pe_tensor *a, pe_reduce_op op, const int64_t *dimensions, int n_dims)
 {
 	if (a == NULL)
 		return NULL;
-	if (n_dims < 0 || n_dims > PE_MAX_RANK) {
-		fail(a->c, ST_INVALID_ARGUMENT, "reduce: %d dimensions", n_dims);
+	if (n_dims < 0 || n_dims > PE_MAX_RANK || op < 0 || op > PE_REDUCE_OR) {
+		fail(a->c, ST_INVALID_ARGUMENT, "reduce: %d dimensions, reduction %d", n_dims,
+		     (int)op);
 		return NULL;
 	}
 	Podemu__Node *n = node_new(a->c, OP_REDUCE);
@@ -711,8 +878,13 @@ pe_tensor *pe_reduce_sum(pe_tensor *a, const int64_t *dimensions, int n_dims)
 		return NULL;
 	n->dimensions = dims_copy(a->c, dimensions, (size_t)n_dims);
 	n->n_dimensions = (size_t)n_dims;
-	n->reducer = "add";
+	n->reducer = (char *)reduce_names[op];
 	return unary(a, n);
+}
+
+pe_tensor *pe_reduce_sum(pe_tensor *a, const int64_t *dimensions, int n_dims)
+{
+	return pe_reduce(a, PE_REDUCE_SUM, dimensions, n_dims);
 }
 
 int pe_optimization_barrier(pe_tensor **tensors, int n_tensors)
@@ -1195,8 +1367,6 @@ static void set_groups(Podemu__Node *n, const pe_groups *g)
 	n->replica_groups = g->groups;
 	n->n_replica_groups = g->num_groups;
 }
-
-static const char *const reduce_names[] = {"add", "multiply", "max", "min", "and", "or"};
 
 static pe_tensor *collective(pe_tensor *a, enum opcode op, const pe_groups *g, int dimension,
                              int reduce, double scale)

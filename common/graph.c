@@ -34,6 +34,22 @@ static const char *const opcode_names[OP_COUNT] = {
     [OP_NEGATE] = "negate",
     [OP_TRANSPOSE] = "transpose",
     [OP_DOT] = "dot",
+    [OP_DIVIDE] = "divide",
+    [OP_AND] = "and",
+    [OP_OR] = "or",
+    [OP_NOT] = "not",
+    [OP_ABS] = "abs",
+    [OP_EXPONENTIAL] = "exponential",
+    [OP_LOG] = "log",
+    [OP_TANH] = "tanh",
+    [OP_SQRT] = "sqrt",
+    [OP_RSQRT] = "rsqrt",
+    [OP_COMPARE] = "compare",
+    [OP_SELECT] = "select",
+    [OP_BROADCAST] = "broadcast",
+    [OP_PARTITION_ID] = "partition-id",
+    [OP_DYNAMIC_SLICE] = "dynamic-slice",
+    [OP_DYNAMIC_UPDATE_SLICE] = "dynamic-update-slice",
     [OP_OPAQUE] = "opaque",
 };
 
@@ -52,6 +68,16 @@ enum reducer reducer_parse(const char *name)
 const char *reducer_name(enum reducer r)
 {
 	return r < RED_INVALID ? reducer_names[r] : "invalid";
+}
+
+static const char *const comparison_names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+
+enum comparison comparison_parse(const char *name)
+{
+	for (int i = 0; name != NULL && i < CMP_INVALID; i++)
+		if (strcmp(name, comparison_names[i]) == 0)
+			return (enum comparison)i;
+	return CMP_INVALID;
 }
 
 const char *opcode_name(enum opcode op)
@@ -126,6 +152,189 @@ static int check_value_fits(const Podemu__Node *n, int dtype, const char *label,
 	return ST_OK;
 }
 
+static bool is_float_type(int dtype)
+{
+	return dtype == DT_F32 || dtype == DT_BF16;
+}
+
+/* XLA's spelling of an element type in messages ("F32"). */
+static const char *type_upper(int dtype)
+{
+	switch (dtype) {
+	case DT_F32:
+		return "F32";
+	case DT_BF16:
+		return "BF16";
+	case DT_S32:
+		return "S32";
+	case DT_U32:
+		return "U32";
+	case DT_U8:
+		return "U8";
+	case DT_PRED:
+		return "PRED";
+	}
+	return "INVALID";
+}
+
+static int infer_unary(struct shape *out, const struct shape *a, enum opcode op, const char *label,
+                       struct status *st)
+{
+	bool floating = op == OP_EXPONENTIAL || op == OP_LOG || op == OP_TANH || op == OP_SQRT ||
+	                op == OP_RSQRT;
+	if (floating && !is_float_type(a->dtype))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Expected element type in shape to be floating or complex "
+		                  "for %s operation; got %s.",
+		                  label, opcode_name(op), type_upper(a->dtype));
+	if (op == OP_NOT && is_float_type(a->dtype))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Expected pred or an integral element type in argument to "
+		                  "Not operation; got %s.",
+		                  label, type_upper(a->dtype));
+	if ((op == OP_NEGATE || op == OP_ABS) && a->dtype == DT_PRED)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Expected element type in shape to be arithmetic type "
+		                  "for operation %s; got PRED.",
+		                  label, opcode_name(op));
+	*out = *a;
+	return ST_OK;
+}
+
+static int infer_compare(struct shape *out, const Podemu__Node *n, const struct shape *a,
+                         const struct shape *b, const char *label, struct status *st)
+{
+	char sa[128], sb[128];
+	if (comparison_parse(n->comparison_direction) == CMP_INVALID)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Unknown comparison direction '%s' (EQ, NE, LT, LE, GT, GE)",
+		                  label, n->comparison_direction ? n->comparison_direction : "");
+	if (!shape_equal(a, b))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Binary op compare with incompatible shapes: %s and %s.",
+		                  label, shape_format(sa, sizeof(sa), a),
+		                  shape_format(sb, sizeof(sb), b));
+	*out = *a;
+	out->dtype = DT_PRED;
+	return ST_OK;
+}
+
+static int infer_select(struct shape *out, const struct shape *p, const struct shape *t,
+                        const struct shape *f, const char *label, struct status *st)
+{
+	char sa[128], sb[128];
+	if (!shape_equal(t, f))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Operands to select must be the same shape; got %s and %s.",
+		                  label, shape_format(sa, sizeof(sa), t),
+		                  shape_format(sb, sizeof(sb), f));
+	if (p->dtype != DT_PRED)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Select's pred operand must have PRED element type; got %s.",
+		                  label, shape_format(sa, sizeof(sa), p));
+	bool same_dims = p->rank == t->rank;
+	for (int d = 0; same_dims && d < p->rank; d++)
+		same_dims = p->dims[d] == t->dims[d];
+	if (!same_dims)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Operands to select and predicate must be the same shape; "
+		                  "got %s and %s.",
+		                  label, shape_format(sa, sizeof(sa), t),
+		                  shape_format(sb, sizeof(sb), p));
+	*out = *t;
+	return ST_OK;
+}
+
+/* XLA broadcast: operand dimension i becomes result dimension dimensions[i]. */
+static int infer_broadcast(struct shape *out, const Podemu__Node *n, const struct shape *a,
+                           const char *label, struct status *st)
+{
+	int rv;
+	if (n->shape == NULL)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: broadcast needs its result shape",
+		                  label);
+	if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)
+		return status_set(st, rv, "%s: %s", label, st->message);
+	if (out->tuple)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: result cannot be a tuple", label);
+	out->dtype = a->dtype;
+	if (n->n_dimensions != (size_t)a->rank)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Broadcast dimensions order is wrong: %zu dimensions for an "
+		                  "operand of rank %d.",
+		                  label, n->n_dimensions, a->rank);
+	for (int i = 0; i < a->rank; i++) {
+		int64_t d = n->dimensions[i];
+		if (d < 0 || d >= out->rank || (i > 0 && d <= n->dimensions[i - 1]))
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: Broadcast dimension %lld is out of bound or not "
+			                  "increasing.",
+			                  label, (long long)d);
+		if (a->dims[i] != out->dims[d])
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: Broadcast dimension %d mismatch: %lld != %lld.",
+			                  label, i, (long long)a->dims[i], (long long)out->dims[d]);
+	}
+	return shape_make(out, out->dtype, out->dims, out->rank, st);
+}
+
+/*
+ * dynamic-slice (operand, start indices...; sizes in dimensions) and dynamic-update-slice
+ * (operand, update, start indices...): one integer scalar start index per dimension.
+ */
+static int infer_dynamic_slice(struct shape *out, enum opcode op, const Podemu__Node *n,
+                               const struct shape *shapes, const char *label, struct status *st)
+{
+	const struct shape *a = &shapes[n->operands[0]];
+	int first_index = op == OP_DYNAMIC_SLICE ? 1 : 2;
+	if (n->n_operands != (size_t)(first_index + a->rank))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Dynamic slice start number of dimensions %zu must match "
+		                  "rank %d of slice input",
+		                  label, n->n_operands - (size_t)first_index, a->rank);
+	for (int d = 0; d < a->rank; d++) {
+		const struct shape *ix = &shapes[n->operands[first_index + d]];
+		if (ix->rank != 0 || (ix->dtype != DT_S32 && ix->dtype != DT_U32))
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: Dynamic slice start indices must be scalars of an "
+			                  "integral type (s32, u32); index %d is %s",
+			                  label, d, type_upper(ix->dtype));
+	}
+	*out = *a;
+	if (op == OP_DYNAMIC_SLICE) {
+		if (n->n_dimensions != (size_t)a->rank)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: Dynamic slice start number of dimensions %d must "
+			                  "match number of slice sizes %zu",
+			                  label, a->rank, n->n_dimensions);
+		for (int d = 0; d < a->rank; d++) {
+			int64_t size = n->dimensions[d];
+			if (size < 0 || size > a->dims[d])
+				return status_set(st, ST_INVALID_ARGUMENT,
+				                  "%s: Slice dim size %lld greater than dynamic "
+				                  "slice dimension: %lld.",
+				                  label, (long long)size, (long long)a->dims[d]);
+			out->dims[d] = size;
+		}
+		return ST_OK;
+	}
+	const struct shape *u = &shapes[n->operands[1]];
+	char sa[128], sb[128];
+	if (u->rank != a->rank || u->dtype != a->dtype)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Dynamic update slice update %s must match the rank and "
+		                  "element type of the operand %s.",
+		                  label, shape_format(sa, sizeof(sa), u),
+		                  shape_format(sb, sizeof(sb), a));
+	for (int d = 0; d < a->rank; d++)
+		if (u->dims[d] > a->dims[d])
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: Dynamic update slice update dimension %d (%lld) "
+			                  "exceeds the operand's (%lld).",
+			                  label, d, (long long)u->dims[d], (long long)a->dims[d]);
+	return ST_OK;
+}
+
 static int infer_binary(struct shape *out, const struct shape *a, const struct shape *b,
                         enum opcode op, const char *label, struct status *st)
 {
@@ -135,7 +344,13 @@ static int infer_binary(struct shape *out, const struct shape *a, const struct s
 		                  "%s: Binary op %s with incompatible shapes: %s and %s.", label,
 		                  opcode_name(op), shape_format(sa, sizeof(sa), a),
 		                  shape_format(sb, sizeof(sb), b));
-	if (a->dtype == DT_PRED && op != OP_MAXIMUM && op != OP_MINIMUM)
+	if ((op == OP_AND || op == OP_OR) && is_float_type(a->dtype))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Expected pred or integral type in argument to %s "
+		                  "operation; got %s.",
+		                  label, opcode_name(op), type_upper(a->dtype));
+	if (a->dtype == DT_PRED && op != OP_MAXIMUM && op != OP_MINIMUM && op != OP_AND &&
+	    op != OP_OR)
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "%s: Expected element type in shape to be arithmetic type for "
 		                  "operation %s; got PRED.",
@@ -414,6 +629,22 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	    [OP_NEGATE] = 1,
 	    [OP_TRANSPOSE] = 1,
 	    [OP_DOT] = 2,
+	    [OP_DIVIDE] = 2,
+	    [OP_AND] = 2,
+	    [OP_OR] = 2,
+	    [OP_NOT] = 1,
+	    [OP_ABS] = 1,
+	    [OP_EXPONENTIAL] = 1,
+	    [OP_LOG] = 1,
+	    [OP_TANH] = 1,
+	    [OP_SQRT] = 1,
+	    [OP_RSQRT] = 1,
+	    [OP_COMPARE] = 2,
+	    [OP_SELECT] = 3,
+	    [OP_BROADCAST] = 1,
+	    [OP_PARTITION_ID] = 0,
+	    [OP_DYNAMIC_SLICE] = -1,
+	    [OP_DYNAMIC_UPDATE_SLICE] = -1,
 	    [OP_OPAQUE] = -1,
 	};
 	if (arity[op] >= 0 && n->n_operands != (size_t)arity[op])
@@ -468,7 +699,11 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 			                  out->rank);
 		return ST_OK;
 	case OP_REPLICA_ID:
+	case OP_PARTITION_ID:
 		return shape_make(out, DT_U32, NULL, 0, st);
+	case OP_DIVIDE:
+	case OP_AND:
+	case OP_OR:
 	case OP_ADD:
 	case OP_SUBTRACT:
 	case OP_MULTIPLY:
@@ -533,14 +768,26 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	case OP_COLLECTIVE_PERMUTE:
 		return infer_collective(out, op, n, a, env, label, st);
 	case OP_NEGATE:
-		if (a->dtype == DT_PRED)
-			return status_set(
-			    st, ST_INVALID_ARGUMENT,
-			    "%s: Expected element type in shape to be arithmetic type "
-			    "for operation negate; got PRED.",
-			    label);
-		*out = *a;
-		return ST_OK;
+	case OP_NOT:
+	case OP_ABS:
+	case OP_EXPONENTIAL:
+	case OP_LOG:
+	case OP_TANH:
+	case OP_SQRT:
+	case OP_RSQRT:
+		return infer_unary(out, a, op, label, st);
+	case OP_COMPARE:
+		return infer_compare(out, n, a, &shapes[n->operands[1]], label, st);
+	case OP_SELECT:
+		return infer_select(out, a, &shapes[n->operands[1]], &shapes[n->operands[2]], label,
+		                    st);
+	case OP_BROADCAST:
+		return infer_broadcast(out, n, a, label, st);
+	case OP_DYNAMIC_SLICE:
+	case OP_DYNAMIC_UPDATE_SLICE:
+		if (n->n_operands < (op == OP_DYNAMIC_SLICE ? 1u : 2u))
+			return status_set(st, ST_INVALID_ARGUMENT, "%s: too few operands", label);
+		return infer_dynamic_slice(out, op, n, shapes, label, st);
 	case OP_TRANSPOSE: {
 		bool seen[SHAPE_MAX_RANK] = {false};
 		if (n->n_dimensions != (size_t)a->rank)

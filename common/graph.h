@@ -37,6 +37,22 @@ enum opcode {
 	OP_NEGATE,
 	OP_TRANSPOSE,
 	OP_DOT,
+	OP_DIVIDE,
+	OP_AND,
+	OP_OR,
+	OP_NOT,
+	OP_ABS,
+	OP_EXPONENTIAL,
+	OP_LOG,
+	OP_TANH,
+	OP_SQRT,
+	OP_RSQRT,
+	OP_COMPARE,
+	OP_SELECT,
+	OP_BROADCAST,
+	OP_PARTITION_ID,
+	OP_DYNAMIC_SLICE,
+	OP_DYNAMIC_UPDATE_SLICE,
 	/*
 	 * An op podemu has no kernel for (its HLO name in Node.name), with a declared shape: it is
 	 * planned and accounted like any other, and refused by a pod with real bytes.
@@ -62,6 +78,10 @@ struct graph_env {
 /* HLO spelling of an opcode, and back (OP_INVALID when unknown). */
 const char *opcode_name(enum opcode op);
 enum opcode opcode_parse(const char *name);
+/* Comparison directions of compare (XLA's names); CMP_INVALID when unknown. */
+enum comparison { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_INVALID };
+enum comparison comparison_parse(const char *name);
+
 /* True for the collectives, which move data between cores. */
 int opcode_is_collective(enum opcode op);
 

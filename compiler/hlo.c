@@ -557,6 +557,10 @@ static int attribute(struct reader *r, struct hlo_instruction *in)
 		in->slice = v;
 	} else if (strcmp(key, "padding") == 0) {
 		in->padding = v;
+	} else if (strcmp(key, "direction") == 0) {
+		in->direction = v;
+	} else if (strcmp(key, "dynamic_slice_sizes") == 0) {
+		return int_list(r, v, at, &in->slice_sizes, &in->n_slice_sizes);
 	}
 	return ST_OK; /* metadata, sharding, backend_config, ...: not needed */
 }

@@ -96,9 +96,12 @@ struct hlo_instruction {
 	bool use_global_device_ids;
 	const char *to_apply_name;
 	struct hlo_computation *to_apply;
-	const char *slice;   /* slice={[a:b:c], ...} as written */
-	const char *padding; /* padding=0_0x1_2 as written */
-	const char *literal; /* constant(...) contents */
+	const char *slice;     /* slice={[a:b:c], ...} as written */
+	const char *padding;   /* padding=0_0x1_2 as written */
+	const char *literal;   /* constant(...) contents */
+	const char *direction; /* compare: direction=GT */
+	int n_slice_sizes;
+	int64_t *slice_sizes; /* dynamic-slice: dynamic_slice_sizes={...} */
 };
 
 struct hlo_computation {

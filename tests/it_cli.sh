@@ -214,8 +214,22 @@ pe run "$hlo/layer.hlo" --fill 1 --json | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
 assert [o["sum"] for o in r["outputs"]] == [-64.0 * 64] * 8, r["outputs"]' || fail "run layer.hlo"
+# Every kernel family of ops.hlo (see the file), per core: dynamic slices at the replica id.
+pe run "$hlo/ops.hlo" --fill 2 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+got = {}
+for o in r["outputs"]:
+    got.setdefault(o["output"], []).append(o["sum"])
+near = lambda a, b: abs(a - b) < 1e-4 * max(1, abs(b))
+want = {0: 120, 1: 176, 2: 32, 3: 88, 4: 400, 5: 36, 8: 32, 9: 0, 10: 120}
+for k, v in want.items():
+    assert all(near(x, v) for x in got[k]), (k, got[k])
+assert got[6] == [8.0 * c for c in range(8)], got[6]   # row c of a [8,8] iota
+assert got[7] == [8.0 * c for c in range(8)], got[7]   # written back at row c' ||
+	fail "run ops.hlo"
 if pe run "$hlo/no-kernel.hlo" >"$state/err.txt" 2>&1; then fail "run of an op without a kernel"; fi
-grep -q "UNIMPLEMENTED: node 1: exponential (e, line 5) has no kernel in podemu" "$state/err.txt" ||
+grep -q "UNIMPLEMENTED: node 1: cosine (e, line 5) has no kernel in podemu" "$state/err.txt" ||
 	fail "run: $(cat "$state/err.txt")"
 pe down >/dev/null
 # Without real bytes, an op without a kernel is planned and accounted like any other.

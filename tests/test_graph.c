@@ -135,6 +135,77 @@ static void test_barrier_and_tuple_elements(void **state)
 	arena_free(b.a);
 }
 
+static void test_compare_select_broadcast_dynamic(void **state)
+{
+	struct gb b;
+	struct status st;
+	char buf[64];
+	gb_init(&b);
+	int64_t d[] = {3, 4}, v[] = {4}, win[] = {2, 2};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 2); /* 0 */
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, v, 1); /* 1 */
+	gb_node(&b, "compare", 0, 0, -1)->comparison_direction = "GT";           /* 2 */
+	gb_node(&b, "select", 2, 0, 0);                                          /* 3 */
+	Podemu__Node *bc = gb_node(&b, "broadcast", 1, -1, -1);                  /* 4 */
+	bc->shape = gb_shape(&b, DT_F32, d, 2);
+	int64_t one = 1;
+	gb_dims(&b, bc, &one, 1);
+	gb_node(&b, "exponential", 4, -1, -1);                                      /* 5 */
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_S32, NULL, 0); /* 6 */
+	gb_dims(&b, gb_node(&b, "dynamic-slice", 0, 6, 6), win, 2);                 /* 7 */
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, win, 2);  /* 8 */
+	Podemu__Node *dus = gb_node(&b, "dynamic-update-slice", 0, 8, 6);           /* 9 */
+	dus->operands[dus->n_operands++] = 6;
+	gb_node(&b, "partition-id", -1, -1, -1); /* 10 */
+	assert_int_equal(check(&b, 8, &st), ST_OK);
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[2]), "pred[3,4]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[3]), "f32[3,4]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[4]), "f32[3,4]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[7]), "f32[2,2]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[9]), "f32[3,4]");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[10]), "u32[]");
+
+	/* Each mistake in XLA's words. */
+	b.nodes[2]->comparison_direction = "BIGGER";
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Unknown comparison direction 'BIGGER'"));
+	b.nodes[2]->comparison_direction = "GT";
+	b.nodes[3]->operands[0] = 0;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Select's pred operand must have PRED element type"));
+	b.nodes[3]->operands[0] = 2;
+	b.nodes[3]->operands[2] = 1;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Operands to select must be the same shape; got "
+	                                   "f32[3,4] and f32[4]."));
+	b.nodes[3]->operands[2] = 0;
+	bc->dimensions[0] = 0;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Broadcast dimension 0 mismatch: 4 != 3."));
+	bc->dimensions[0] = 1;
+	b.nodes[1]->shape->dtype = PODEMU__DTYPE__DTYPE_S32;
+	bc->shape->dtype = PODEMU__DTYPE__DTYPE_S32;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Expected element type in shape to be floating or "
+	                                   "complex for exponential operation; got S32."));
+	b.nodes[1]->shape->dtype = PODEMU__DTYPE__DTYPE_F32;
+	bc->shape->dtype = PODEMU__DTYPE__DTYPE_F32;
+	b.nodes[7]->dimensions[1] = 5;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Slice dim size 5 greater than dynamic slice "
+	                                   "dimension: 4."));
+	b.nodes[7]->dimensions[1] = 2;
+	b.nodes[7]->operands[1] = 0;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "start indices must be scalars"));
+	b.nodes[7]->operands[1] = 6;
+	dus->n_operands = 3;
+	assert_int_equal(check(&b, 8, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "Dynamic slice start number of dimensions 1 must "
+	                                   "match rank 2"));
+	arena_free(b.a);
+}
+
 static void test_bad_graphs(void **state)
 {
 	struct gb b;
@@ -221,6 +292,7 @@ int main(void)
 	    cmocka_unit_test(test_all_gather_shapes),
 	    cmocka_unit_test(test_structural_ops),
 	    cmocka_unit_test(test_barrier_and_tuple_elements),
+	    cmocka_unit_test(test_compare_select_broadcast_dynamic),
 	    cmocka_unit_test(test_bad_graphs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -168,6 +168,120 @@ static void test_negate_transpose_dot(void **state)
 	assert_int_equal(ni[0], -65536);
 }
 
+static void test_divide_logic_unary(void **state)
+{
+	Podemu__Node n = PODEMU__NODE__INIT;
+	struct shape s = mk(DT_F32, 4, 0, 1);
+	float a[] = {1, -8, 0, 4}, b[] = {2, 2, 0, -0.5f}, o[4];
+	run(OP_DIVIDE, &n, &s, o, &s, a, &s, b);
+	assert_true(o[0] == 0.5f && o[1] == -4 && isnan(o[2]) && o[3] == -8);
+	struct shape si = mk(DT_S32, 4, 0, 1);
+	int32_t x[] = {7, -7, 5, INT32_MIN}, y[] = {2, 2, 0, -1}, z[4];
+	run(OP_DIVIDE, &n, &si, z, &si, x, &si, y);
+	/* rounds toward zero; x / 0 = -1; INT_MIN / -1 = INT_MIN, as XLA defines them */
+	assert_true(z[0] == 3 && z[1] == -3 && z[2] == -1 && z[3] == INT32_MIN);
+	struct shape su = mk(DT_U32, 1, 0, 1);
+	uint32_t u = 9, zero = 0, uz;
+	run(OP_DIVIDE, &n, &su, &uz, &su, &u, &su, &zero);
+	assert_true(uz == UINT32_MAX);
+	struct shape sp = mk(DT_PRED, 4, 0, 1);
+	uint8_t p[] = {0, 1, 0, 1}, q[] = {0, 0, 1, 1}, r[4];
+	run(OP_AND, &n, &sp, r, &sp, p, &sp, q);
+	assert_true(r[0] == 0 && r[1] == 0 && r[2] == 0 && r[3] == 1);
+	run(OP_OR, &n, &sp, r, &sp, p, &sp, q);
+	assert_true(r[0] == 0 && r[1] == 1 && r[2] == 1 && r[3] == 1);
+	run(OP_NOT, &n, &sp, r, &sp, p, NULL, NULL);
+	assert_true(r[0] == 1 && r[1] == 0);
+	run(OP_NOT, &n, &si, z, &si, x, NULL, NULL);
+	assert_int_equal(z[0], ~7);
+	run(OP_ABS, &n, &si, z, &si, x, NULL, NULL);
+	assert_true(z[0] == 7 && z[1] == 7);
+	float e[] = {0, 1, 4, -1};
+	run(OP_EXPONENTIAL, &n, &s, o, &s, e, NULL, NULL);
+	assert_true(o[0] == 1 && fabsf(o[1] - 2.7182817f) < 1e-6f);
+	run(OP_LOG, &n, &s, o, &s, e, NULL, NULL);
+	assert_true(isinf(o[0]) && o[0] < 0 && o[1] == 0 && isnan(o[3]));
+	run(OP_SQRT, &n, &s, o, &s, e, NULL, NULL);
+	assert_true(o[2] == 2);
+	run(OP_RSQRT, &n, &s, o, &s, e, NULL, NULL);
+	assert_true(o[2] == 0.5f);
+	run(OP_TANH, &n, &s, o, &s, e, NULL, NULL);
+	assert_true(o[0] == 0 && fabsf(o[3] + 0.7615942f) < 1e-6f);
+	run(OP_ABS, &n, &s, o, &s, e, NULL, NULL);
+	assert_true(o[3] == 1);
+}
+
+static void test_compare_select_broadcast(void **state)
+{
+	Podemu__Node n = PODEMU__NODE__INIT;
+	struct shape s = mk(DT_F32, 4, 0, 1), sp = mk(DT_PRED, 4, 0, 1);
+	float a[] = {1, 2, NAN, 4}, b[] = {2, 2, NAN, 3}, o[4];
+	uint8_t r[4];
+	const char *dirs[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+	uint8_t want[][4] = {{0, 1, 0, 0}, {1, 0, 1, 1}, {1, 0, 0, 0},
+	                     {1, 1, 0, 0}, {0, 0, 0, 1}, {0, 1, 0, 1}};
+	for (int d = 0; d < 6; d++) {
+		n.comparison_direction = (char *)dirs[d];
+		run(OP_COMPARE, &n, &sp, r, &s, a, &s, b);
+		assert_memory_equal(r, want[d], 4); /* NaN: only NE holds */
+	}
+	struct kernel_call k = {
+	    .op = OP_SELECT, .node = &n, .out_shape = &s, .out = o, .num_in = 3};
+	uint8_t p[] = {1, 0, 0, 1};
+	k.in_shapes[0] = &sp, k.in_shapes[1] = &s, k.in_shapes[2] = &s;
+	k.in[0] = p, k.in[1] = a, k.in[2] = b;
+	struct status st;
+	assert_int_equal(kernel_run(&k, &st), ST_OK);
+	assert_true(o[0] == 1 && o[1] == 2 && isnan(o[2]) && o[3] == 4);
+	/* [3] broadcast into [2,3] along dimension 1: rows repeat; along 0 of [3,2]: columns */
+	struct shape v = mk(DT_F32, 3, 0, 1), m23 = mk(DT_F32, 2, 3, 2), m32 = mk(DT_F32, 3, 2, 2);
+	float x[] = {1, 2, 3}, y[6];
+	int64_t one = 1, zero = 0;
+	n.dimensions = &one;
+	n.n_dimensions = 1;
+	run(OP_BROADCAST, &n, &m23, y, &v, x, NULL, NULL);
+	float w1[] = {1, 2, 3, 1, 2, 3};
+	assert_memory_equal(y, w1, sizeof(w1));
+	n.dimensions = &zero;
+	run(OP_BROADCAST, &n, &m32, y, &v, x, NULL, NULL);
+	float w0[] = {1, 1, 2, 2, 3, 3};
+	assert_memory_equal(y, w0, sizeof(w0));
+	struct shape scalar = mk(DT_F32, 0, 0, 0);
+	float seven = 7;
+	n.n_dimensions = 0;
+	run(OP_BROADCAST, &n, &m23, y, &scalar, &seven, NULL, NULL);
+	assert_true(y[0] == 7 && y[5] == 7);
+}
+
+static void test_dynamic_slices(void **state)
+{
+	Podemu__Node n = PODEMU__NODE__INIT;
+	struct shape in = mk(DT_F32, 3, 4, 2), win = mk(DT_F32, 2, 2, 2), idx = mk(DT_S32, 0, 0, 0);
+	float x[12], o[4], upd[] = {-1, -2, -3, -4}, full[12];
+	for (int i = 0; i < 12; i++)
+		x[i] = (float)i;
+	int32_t r1 = 1, c2 = 2, big = 9, neg = -3;
+	struct kernel_call k = {.op = OP_DYNAMIC_SLICE, .node = &n, .out_shape = &win, .out = o};
+	k.num_in = 3;
+	k.in_shapes[0] = &in, k.in_shapes[1] = &idx, k.in_shapes[2] = &idx;
+	k.in[0] = x, k.in[1] = &r1, k.in[2] = &c2;
+	struct status st;
+	assert_int_equal(kernel_run(&k, &st), ST_OK);
+	float want[] = {6, 7, 10, 11};
+	assert_memory_equal(o, want, sizeof(want));
+	k.in[1] = &big, k.in[2] = &neg; /* clamped to (1, 0) */
+	assert_int_equal(kernel_run(&k, &st), ST_OK);
+	float want_clamped[] = {4, 5, 8, 9};
+	assert_memory_equal(o, want_clamped, sizeof(want_clamped));
+	k = (struct kernel_call){
+	    .op = OP_DYNAMIC_UPDATE_SLICE, .node = &n, .out_shape = &in, .out = full, .num_in = 4};
+	k.in_shapes[0] = &in, k.in_shapes[1] = &win, k.in_shapes[2] = &idx, k.in_shapes[3] = &idx;
+	k.in[0] = x, k.in[1] = upd, k.in[2] = &big, k.in[3] = &c2;
+	assert_int_equal(kernel_run(&k, &st), ST_OK);
+	assert_true(full[0] == 0 && full[5] == 5 && full[6] == -1 && full[7] == -2 &&
+	            full[10] == -3 && full[11] == -4 && full[9] == 9);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -175,6 +289,9 @@ int main(void)
 	    cmocka_unit_test(test_convert_and_bf16),
 	    cmocka_unit_test(test_fill_iota_pad_slice_concat_reduce),
 	    cmocka_unit_test(test_negate_transpose_dot),
+	    cmocka_unit_test(test_divide_logic_unary),
+	    cmocka_unit_test(test_compare_select_broadcast),
+	    cmocka_unit_test(test_dynamic_slices),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

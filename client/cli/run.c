@@ -155,8 +155,41 @@ static int parse_slice(const char *text, int rank, int64_t *start, int64_t *limi
 	return 0;
 }
 
+/* Elementwise ops that map one to one onto the library. */
+static pe_tensor *(*binary_fn(const char *op))(pe_tensor *, pe_tensor *)
+{
+	static const struct {
+		const char *name;
+		pe_tensor *(*fn)(pe_tensor *, pe_tensor *);
+	} ops[] = {{"add", pe_add},           {"subtract", pe_subtract},
+	           {"multiply", pe_multiply}, {"divide", pe_divide},
+	           {"maximum", pe_maximum},   {"minimum", pe_minimum},
+	           {"and", pe_and},           {"or", pe_or}};
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		if (strcmp(op, ops[i].name) == 0)
+			return ops[i].fn;
+	return NULL;
+}
+
+static pe_tensor *(*unary_fn(const char *op))(pe_tensor *)
+{
+	static const struct {
+		const char *name;
+		pe_tensor *(*fn)(pe_tensor *);
+	} ops[] = {{"negate", pe_negate}, {"not", pe_not},
+	           {"abs", pe_abs},       {"exponential", pe_exponential},
+	           {"log", pe_log},       {"tanh", pe_tanh},
+	           {"sqrt", pe_sqrt},     {"rsqrt", pe_rsqrt}};
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		if (strcmp(op, ops[i].name) == 0)
+			return ops[i].fn;
+	return NULL;
+}
+
 static int record(struct runner *r, const struct hlo_instruction *in)
 {
+	pe_tensor *(*fn2)(pe_tensor *, pe_tensor *);
+	pe_tensor *(*fn1)(pe_tensor *);
 	struct value *v = &r->vals[in->index];
 	const char *op = in->opcode;
 	const struct hlo_shape *s = &in->shape;
@@ -224,28 +257,39 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		free(nums);
 	} else if (strcmp(op, "broadcast") == 0) {
 		const struct value *src = &r->vals[in->operands[0]->index];
-		if (!src->is_scalar_constant)
-			return unimplemented(r, in,
-			                     "only broadcasts of a scalar constant have a kernel");
-		v->is_scalar_constant = true;
-		v->scalar = src->scalar;
-		v->t = pe_full(r->c, dtype, s->dims, s->rank, src->scalar);
+		if (src->is_scalar_constant) {
+			v->is_scalar_constant = true;
+			v->scalar = src->scalar;
+			v->t = pe_full(r->c, dtype, s->dims, s->rank, src->scalar);
+		} else {
+			v->t = pe_broadcast(arg(r, in, 0), s->dims, s->rank, in->dimensions);
+		}
 	} else if (strcmp(op, "iota") == 0) {
 		v->t = pe_iota(r->c, dtype, s->dims, s->rank, (int)in->iota_dimension);
 	} else if (strcmp(op, "replica-id") == 0) {
 		v->t = pe_replica_id(r->c);
-	} else if (strcmp(op, "add") == 0) {
-		v->t = pe_add(arg(r, in, 0), arg(r, in, 1));
-	} else if (strcmp(op, "subtract") == 0) {
-		v->t = pe_subtract(arg(r, in, 0), arg(r, in, 1));
-	} else if (strcmp(op, "multiply") == 0) {
-		v->t = pe_multiply(arg(r, in, 0), arg(r, in, 1));
-	} else if (strcmp(op, "maximum") == 0) {
-		v->t = pe_maximum(arg(r, in, 0), arg(r, in, 1));
-	} else if (strcmp(op, "minimum") == 0) {
-		v->t = pe_minimum(arg(r, in, 0), arg(r, in, 1));
-	} else if (strcmp(op, "negate") == 0) {
-		v->t = pe_negate(arg(r, in, 0));
+	} else if (strcmp(op, "partition-id") == 0) {
+		v->t = pe_partition_id(r->c);
+	} else if ((fn2 = binary_fn(op)) != NULL) {
+		v->t = fn2(arg(r, in, 0), arg(r, in, 1));
+	} else if ((fn1 = unary_fn(op)) != NULL) {
+		v->t = fn1(arg(r, in, 0));
+	} else if (strcmp(op, "compare") == 0) {
+		v->t = pe_compare(arg(r, in, 0), arg(r, in, 1), in->direction);
+	} else if (strcmp(op, "select") == 0) {
+		v->t = pe_select(arg(r, in, 0), arg(r, in, 1), arg(r, in, 2));
+	} else if (strcmp(op, "dynamic-slice") == 0 || strcmp(op, "dynamic-update-slice") == 0) {
+		bool update = op[8] == 'u';
+		int first = update ? 2 : 1, rank = in->operands[0]->shape.rank;
+		pe_tensor *starts[HLO_MAX_RANK];
+		if (in->n_operands != first + rank || (!update && in->n_slice_sizes != rank))
+			return status_set(&r->st, ST_INVALID_ARGUMENT,
+			                  "line %d: %s: needs %d start indices%s", in->line,
+			                  in->name, rank, update ? "" : " and dynamic_slice_sizes");
+		for (int d = 0; d < rank; d++)
+			starts[d] = arg(r, in, first + d);
+		v->t = update ? pe_dynamic_update_slice(arg(r, in, 0), arg(r, in, 1), starts)
+		              : pe_dynamic_slice(arg(r, in, 0), starts, in->slice_sizes);
 	} else if (strcmp(op, "transpose") == 0) {
 		v->t = pe_transpose(arg(r, in, 0), in->dimensions, in->n_dimensions);
 	} else if (strcmp(op, "dot") == 0) {
@@ -289,12 +333,27 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		           : NULL;
 		free(parts);
 	} else if (strcmp(op, "reduce") == 0) {
-		const struct value *init =
-		    in->n_operands == 2 ? &r->vals[in->operands[1]->index] : NULL;
-		if (reducer_of(in) != PE_REDUCE_SUM || init == NULL || !init->is_scalar_constant ||
-		    init->scalar != 0)
-			return unimplemented(r, in, "only sums from 0 have a kernel");
-		v->t = pe_reduce_sum(arg(r, in, 0), in->dimensions, in->n_dimensions);
+		int red = reducer_of(in);
+		if (red < 0 || red > PE_REDUCE_MIN || in->n_operands != 2)
+			return unimplemented(r, in,
+			                     "only one operand reduced by add, multiply, maximum "
+			                     "or minimum has a kernel");
+		v->t = pe_reduce(arg(r, in, 0), red, in->dimensions, in->n_dimensions);
+		/* XLA folds init_value in once per result element. */
+		const struct value *init = &r->vals[in->operands[1]->index];
+		double identity = red == PE_REDUCE_SUM       ? 0
+		                  : red == PE_REDUCE_PRODUCT ? 1
+		                  : red == PE_REDUCE_MAX     ? -INFINITY
+		                                             : INFINITY;
+		if (v->t != NULL && !(init->is_scalar_constant && init->scalar == identity)) {
+			pe_tensor *b = pe_broadcast(arg(r, in, 1), s->dims, s->rank, NULL);
+			pe_tensor *(*fold)(pe_tensor *, pe_tensor *) =
+			    red == PE_REDUCE_SUM       ? pe_add
+			    : red == PE_REDUCE_PRODUCT ? pe_multiply
+			    : red == PE_REDUCE_MAX     ? pe_maximum
+			                               : pe_minimum;
+			v->t = fold(v->t, b);
+		}
 	} else if (strcmp(op, "all-gather") == 0) {
 		v->t = in->n_dimensions == 1
 		           ? pe_all_gather_groups(arg(r, in, 0), (int)in->dimensions[0], groups)

@@ -117,6 +117,42 @@ PE_API pe_tensor *pe_maximum(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_minimum(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_convert(pe_tensor *a, pe_dtype dtype);
 PE_API pe_tensor *pe_negate(pe_tensor *a);
+/* XLA divide: integer division rounds toward zero, x / 0 is -1 (all bits set). */
+PE_API pe_tensor *pe_divide(pe_tensor *a, pe_tensor *b);
+/* Logical on pred, bitwise on integers. */
+PE_API pe_tensor *pe_and(pe_tensor *a, pe_tensor *b);
+PE_API pe_tensor *pe_or(pe_tensor *a, pe_tensor *b);
+PE_API pe_tensor *pe_not(pe_tensor *a);
+PE_API pe_tensor *pe_abs(pe_tensor *a);
+/* Floating point only. */
+PE_API pe_tensor *pe_exponential(pe_tensor *a);
+PE_API pe_tensor *pe_log(pe_tensor *a);
+PE_API pe_tensor *pe_tanh(pe_tensor *a);
+PE_API pe_tensor *pe_sqrt(pe_tensor *a);
+PE_API pe_tensor *pe_rsqrt(pe_tensor *a);
+/* A pred tensor: direction is XLA's "EQ", "NE", "LT", "LE", "GT" or "GE". */
+PE_API pe_tensor *pe_compare(pe_tensor *a, pe_tensor *b, const char *direction);
+/* Elementwise pred ? on_true : on_false (pred has the dimensions of the others). */
+PE_API pe_tensor *pe_select(pe_tensor *pred, pe_tensor *on_true, pe_tensor *on_false);
+/*
+ * XLA broadcast: a result of shape dims in which dimension broadcast_dimensions[i] (increasing,
+ * rank(a) entries) is a's dimension i and every other dimension repeats a.
+ */
+PE_API pe_tensor *pe_broadcast(pe_tensor *a, const int64_t *dims, int rank,
+                               const int64_t *broadcast_dimensions);
+/*
+ * XLA partition-id. podemu runs a program as one partition replicated on every core, as
+ * torch_xla does without SPMD: it is 0 everywhere (replica-id tells the cores apart).
+ */
+PE_API pe_tensor *pe_partition_id(pe_client *c);
+/*
+ * A window of sizes (rank(a) entries) starting at the scalar s32/u32 tensors starts[d], each
+ * clamped to [0, dim - size] as XLA does.
+ */
+PE_API pe_tensor *pe_dynamic_slice(pe_tensor *a, pe_tensor *const *starts, const int64_t *sizes);
+/* a with update written at starts (clamped so the update fits). */
+PE_API pe_tensor *pe_dynamic_update_slice(pe_tensor *a, pe_tensor *update,
+                                          pe_tensor *const *starts);
 /* Dimension d of the result is dimension permutation[d] of a (XLA transpose). */
 PE_API pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int rank);
 /*
@@ -173,6 +209,9 @@ PE_API pe_groups *pe_groups_parse(pe_client *c, const char *text);
 PE_API int pe_set_mesh(pe_client *c, const char *spec);
 /* The groups of one mesh axis (the coordinator derives the replica groups). */
 PE_API pe_groups *pe_groups_axis(pe_client *c, const char *axis);
+
+/* XLA reduce over dimensions with the reduction's identity as init (add, multiply, max, min). */
+PE_API pe_tensor *pe_reduce(pe_tensor *a, pe_reduce_op op, const int64_t *dimensions, int n);
 
 PE_API pe_tensor *pe_all_gather_groups(pe_tensor *a, int dimension, const pe_groups *g);
 /* torch_xla's all_reduce: reduce over each group, then multiply by scale (1.0: none). */
