@@ -187,6 +187,15 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "program has %zu buffer assignments for %zu nodes", p->n_buffers,
 		                  n);
+	if (p->n_source_nodes != 0 && p->n_source_nodes != n)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "program has %zu source node indices for %zu nodes",
+		                  p->n_source_nodes, n);
+	for (size_t i = 0; i < p->n_source_nodes; i++)
+		if (p->source_nodes[i] < 0 || (size_t)p->source_nodes[i] >= n)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "program: source node %d of node %zu is out of range",
+			                  p->source_nodes[i], i);
 	s->id = p->step_id;
 	s->timeout_ms = p->collective_timeout_ms > 0 && p->collective_timeout_ms < 86400000
 	                    ? (int)p->collective_timeout_ms
@@ -433,8 +442,8 @@ static int run_core(struct device *dev, struct step *s, struct core *c, struct s
 		}
 		int rv = kernel_run(&k, st);
 		if (rv != ST_OK)
-			return status_set(st, rv, "%s (node %zu) on core %d: %s", n->opcode, i,
-			                  c->ordinal, st->message);
+			return status_set(st, rv, "%s (node %d) on core %d: %s", n->opcode,
+			                  step_source_node(s, (int)i), c->ordinal, st->message);
 	}
 	return ST_OK;
 }
@@ -515,7 +524,7 @@ static int step_timings(struct device *dev, struct step *s, struct arena *a,
 			if (t == NULL)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 			podemu__collective_timing__init(t);
-			t->node = (int32_t)i;
+			t->node = step_source_node(s, (int)i);
 			t->ordinal = dev->cores[c].ordinal;
 			t->micros = s->micros[c * s->num_colls + s->coll_of_node[i]];
 			t->algorithm =

@@ -43,6 +43,12 @@ struct step {
 	int64_t *micros;            /* [core * num_colls] */
 };
 
+/* The index the client recorded node i under (the coordinator may have reordered nodes). */
+static inline int step_source_node(const struct step *s, int i)
+{
+	return s->prog->n_source_nodes ? s->prog->source_nodes[i] : i;
+}
+
 /* Bytes in a block's sequence (0 for none). */
 static inline int64_t layout_len(const Podemu__BlockLayout *l)
 {

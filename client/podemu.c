@@ -1106,6 +1106,8 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 		out->peak_bytes = rep->argument_bytes + rep->output_bytes + rep->temp_bytes;
 		out->bytes_limit = rep->bytes_limit;
 		out->fits = rep->fits;
+		out->combined_collectives = rep->combined_collectives;
+		out->delayed_nodes = rep->delayed_nodes;
 		snprintf(out->oom_message, sizeof(out->oom_message), "%s",
 		         rep->oom_message ? rep->oom_message : "");
 	}

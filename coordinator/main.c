@@ -35,6 +35,11 @@ static void usage(FILE *f)
 	    "  --collective-algo NAME     force ring, direct or recursive-doubling where it\n"
 	    "                             applies (also PODEMU_COLLECTIVE_ALGO)\n"
 	    "  --window N                 data-plane chunks in flight per peer (default 4)\n"
+	    "  --combine-threshold-bytes SIZE  merge independent all-gathers, reduce-scatters\n"
+	    "                             and all-reduces up to SIZE of output, as XLA's\n"
+	    "                             combiners do (default 30M; 0: never)\n"
+	    "  --scheduler NAME           memory-aware (default) or recorded (run nodes in the\n"
+	    "                             order the client recorded them)\n"
 	    "  --token-file PATH          the pod's secret (else PODEMU_TOKEN); agents and\n"
 	    "                             clients without it are refused\n"
 	    "  --insecure                 allow a non-loopback address without a token\n"
@@ -92,6 +97,8 @@ int main(int argc, char **argv)
 	    {"heartbeat-timeout-ms", required_argument, NULL, 'B'},
 	    {"collective-algo", required_argument, NULL, 'A'},
 	    {"window", required_argument, NULL, 'W'},
+	    {"combine-threshold-bytes", required_argument, NULL, 'K'},
+	    {"scheduler", required_argument, NULL, 'S'},
 	    DAEMON_TRUST_LONG_OPTIONS,
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
@@ -99,6 +106,7 @@ int main(int argc, char **argv)
 	};
 	const char *listen_url = "tcp://127.0.0.1:7460", *topology_name = NULL;
 	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
+	const char *combine_text = "30M", *scheduler = "memory-aware";
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
 	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
 	struct daemon_trust trust = {0};
@@ -140,6 +148,12 @@ int main(int argc, char **argv)
 		case 'W':
 			window = atoi(optarg);
 			break;
+		case 'K':
+			combine_text = optarg;
+			break;
+		case 'S':
+			scheduler = optarg;
+			break;
 		case 'v':
 			level = LOG_DEBUG;
 			break;
@@ -175,6 +189,13 @@ int main(int argc, char **argv)
 		rv = parse_size(&chunk, chunk_text, &st);
 	if (rv == ST_OK && (chunk < 4096 || chunk > (64 << 20)))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--chunk-bytes must be in [4K, 64M]");
+	int64_t combine = 0;
+	if (rv == ST_OK && (rv = parse_size(&combine, combine_text, &st)) != ST_OK)
+		status_set(&st, rv, "--combine-threshold-bytes: %s", st.message);
+	if (rv == ST_OK && strcmp(scheduler, "memory-aware") != 0 &&
+	    strcmp(scheduler, "recorded") != 0)
+		rv = status_set(&st, ST_INVALID_ARGUMENT,
+		                "unknown scheduler '%s' (memory-aware, recorded)", scheduler);
 	if (rv == ST_OK && (window < 1 || window > 64))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--window must be in [1, 64]");
 	if (rv == ST_OK && algo != NULL && algo[0] != '\0' && strcmp(algo, "ring") != 0 &&
@@ -208,6 +229,8 @@ int main(int argc, char **argv)
 	co.agent_timeout_ms = 30000;
 	co.window = window;
 	co.collective_algorithm = algo;
+	co.schedule.combine_threshold_bytes = combine;
+	co.schedule.memory_aware = strcmp(scheduler, "memory-aware") == 0;
 
 	struct rpc_server *server;
 	char bound[256];

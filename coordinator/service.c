@@ -607,6 +607,16 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	if (rv != ST_OK)
 		return rv;
 
+	/* Combining and memory-aware scheduling; node indices below are the scheduled ones. */
+	struct schedule sched;
+	if ((rv = schedule_step(&sched, g, shapes, &co->schedule, a, st)) != ST_OK)
+		return rv;
+	bool reordered = !schedule_is_identity(&sched);
+	if (reordered && (g = schedule_apply(g, &sched, shapes, a)) == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	rep->combined_collectives = sched.n_combined;
+	rep->delayed_nodes = sched.n_delayed;
+
 	int64_t *scratch = arena_calloc(a, g->n_nodes, sizeof(int64_t));
 	if (scratch == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -641,6 +651,10 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	podemu__program__init(prog);
 	prog->window = co->window;
 	prog->step_id = step_id;
+	if (reordered) {
+		prog->source_nodes = sched.order;
+		prog->n_source_nodes = (size_t)sched.n;
+	}
 	prog->graph = g;
 	prog->buffers = plan.buffers;
 	prog->n_buffers = g->n_nodes;
@@ -729,7 +743,13 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		for (size_t k = 0; k < r->n_timings; k++)
 			rep->timings[rep->n_timings++] = r->timings[k];
 	}
-	rep->node_scratch_bytes = scratch;
+	/* The client counts nodes in its recorded order. */
+	int64_t *recorded_scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
+	if (recorded_scratch == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < g->n_nodes; i++)
+		recorded_scratch[sched.order[i]] = scratch[i];
+	rep->node_scratch_bytes = recorded_scratch;
 	rep->n_node_scratch_bytes = g->n_nodes;
 	pthread_mutex_lock(&co->reg.lock);
 	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)

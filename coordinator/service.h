@@ -7,6 +7,7 @@
 
 #include "registry.h"
 #include "rpc.h"
+#include "schedule.h"
 
 struct coordinator {
 	struct registry reg;
@@ -18,6 +19,7 @@ struct coordinator {
 	int agent_timeout_ms;             /* for short agent calls */
 	int window;                       /* data-plane chunks in flight per peer */
 	const char *collective_algorithm; /* forced algorithm, or NULL to choose */
+	struct schedule_options schedule; /* combining and memory-aware scheduling */
 };
 
 /* Handlers indexed by enum coordinator_method, with a struct coordinator as state. */

@@ -31,6 +31,8 @@ static void usage(FILE *f)
 	    "          --topology NAME | --hosts H --cores-per-host C --hbm SIZE\n"
 	    "          --backing host|none  --port N (0: any free port)  --timeout-ms N\n"
 	    "          --chunk-bytes SIZE  --collective-timeout-ms N  --heartbeat-timeout-ms N\n"
+	    "          --combine-threshold-bytes SIZE (default 30M; 0: no combining)\n"
+	    "          --scheduler memory-aware|recorded (default memory-aware)\n"
 	    "          --tls (mutual TLS on every socket; certificate, key and pod CA from\n"
 	    "          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
 	    "  down    stop every process of the pod\n"
@@ -92,6 +94,7 @@ enum {
 	OPT_AG_STRATEGY,
 	OPT_NO_ALIAS,
 	OPT_COMBINE,
+	OPT_SCHEDULER,
 	OPT_SVG,
 	OPT_FILL,
 	OPT_PARAM_DIR,
@@ -148,6 +151,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"all-gather-strategy", required_argument, NULL, OPT_AG_STRATEGY},
 	    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
 	    {"combine-threshold-bytes", required_argument, NULL, OPT_COMBINE},
+	    {"scheduler", required_argument, NULL, OPT_SCHEDULER},
 	    {"svg", required_argument, NULL, OPT_SVG},
 	    {"fill", required_argument, NULL, OPT_FILL},
 	    {"param-dir", required_argument, NULL, OPT_PARAM_DIR},
@@ -262,7 +266,11 @@ static int parse(struct cli *o, int argc, char **argv)
 		case OPT_NO_ALIAS:
 			o->no_alias = 1;
 			break;
+		case OPT_SCHEDULER:
+			o->up.scheduler = optarg;
+			break;
 		case OPT_COMBINE:
+			o->up.combine_threshold = optarg;
 			o->combine_threshold = optarg;
 			break;
 		case OPT_SVG:

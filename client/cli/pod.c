@@ -237,7 +237,7 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX];
 	snprintf(exe, sizeof(exe), "%s/podemu-coordinator", pf->exe_dir);
 	char hosts[16], cores[16], hbm[32];
-	char *argv[16 + POD_ARGS_MAX];
+	char *argv[32 + POD_ARGS_MAX];
 	int argc = 0;
 	argv[argc++] = exe;
 	argv[argc++] = "--listen";
@@ -275,6 +275,14 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	if (o->heartbeat_timeout_ms != NULL) {
 		argv[argc++] = "--heartbeat-timeout-ms";
 		argv[argc++] = (char *)o->heartbeat_timeout_ms;
+	}
+	if (o->combine_threshold != NULL) {
+		argv[argc++] = "--combine-threshold-bytes";
+		argv[argc++] = (char *)o->combine_threshold;
+	}
+	if (o->scheduler != NULL) {
+		argv[argc++] = "--scheduler";
+		argv[argc++] = (char *)o->scheduler;
 	}
 	argv[argc] = NULL;
 	if (pf->saved_args == 0) {

@@ -16,6 +16,8 @@ struct up_options {
 	const char *chunk_bytes;
 	const char *collective_timeout_ms;
 	const char *heartbeat_timeout_ms;
+	const char *combine_threshold; /* the coordinator's passes */
+	const char *scheduler;
 	int tls; /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
 };
 

@@ -248,13 +248,15 @@ PE_API int pe_mark_step(pe_client *c);
 
 /* What a step would need on each core (the plan is the same on every core). */
 typedef struct pe_step_plan {
-	int64_t argument_bytes; /* device buffers the step reads */
-	int64_t output_bytes;   /* tensors still held, which become device buffers */
-	int64_t temp_bytes;     /* everything else, reserved for the step's duration */
-	int64_t peak_bytes;     /* the sum: what the step needs at once */
-	int64_t bytes_limit;    /* usable HBM per core */
-	int fits;               /* peak_bytes <= bytes_limit */
-	char oom_message[1024]; /* XLA's "Ran out of memory in memory space hbm..." when not */
+	int64_t argument_bytes;   /* device buffers the step reads */
+	int64_t output_bytes;     /* tensors still held, which become device buffers */
+	int64_t temp_bytes;       /* everything else, reserved for the step's duration */
+	int64_t peak_bytes;       /* the sum: what the step needs at once */
+	int64_t bytes_limit;      /* usable HBM per core */
+	int fits;                 /* peak_bytes <= bytes_limit */
+	char oom_message[1024];   /* XLA's "Ran out of memory in memory space hbm..." when not */
+	int combined_collectives; /* collectives the coordinator merged into an earlier one */
+	int delayed_nodes;        /* computations its memory-aware scheduler ran later */
 } pe_step_plan;
 
 /*

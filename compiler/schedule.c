@@ -1,0 +1,338 @@
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+
+static bool same_ints(const int64_t *a, size_t na, const int64_t *b, size_t nb)
+{
+	return na == nb && (na == 0 || memcmp(a, b, na * sizeof(*a)) == 0);
+}
+
+static bool same_str(const char *a, const char *b)
+{
+	return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* Whether two collectives could be one combined op: same kind, groups and attributes. */
+static bool combinable(const Podemu__Node *a, const Podemu__Node *b, const struct shape *sa,
+                       const struct shape *sb)
+{
+	if (!same_str(a->opcode, b->opcode) ||
+	    !same_ints(a->dimensions, a->n_dimensions, b->dimensions, b->n_dimensions))
+		return false;
+	if (!same_str(a->reducer, b->reducer) || !same_str(a->mesh_axis, b->mesh_axis) ||
+	    a->scale != b->scale || sa->dtype != sb->dtype ||
+	    a->n_replica_groups != b->n_replica_groups)
+		return false;
+	for (size_t k = 0; k < a->n_replica_groups; k++)
+		if (!same_ints(
+		        a->replica_groups[k]->replica_ids, a->replica_groups[k]->n_replica_ids,
+		        b->replica_groups[k]->replica_ids, b->replica_groups[k]->n_replica_ids))
+			return false;
+	return true;
+}
+
+static bool is_combining_kind(enum opcode op)
+{
+	return op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER || op == OP_ALL_REDUCE;
+}
+
+bool schedule_is_identity(const struct schedule *s)
+{
+	for (int k = 0; k < s->n; k++)
+		if (s->order[k] != k)
+			return false;
+	return true;
+}
+
+/* What the passes know about the graph. */
+struct sched_ctx {
+	const Podemu__Graph *g;
+	const struct shape *shapes;
+	int n;
+	enum opcode *ops;
+	int *segment;
+	int *n_uses, *first_use, *uses; /* consumers of node i: uses[first_use[i] ..][n_uses[i]] */
+	bool *is_output;
+	int *anchor; /* node i runs just before anchor[i] (itself when it keeps its place) */
+};
+
+static bool movable(const struct sched_ctx *x, int i)
+{
+	enum opcode op = x->ops[i];
+	return op != OP_PARAMETER && op != OP_OPT_BARRIER && op != OP_GET_TUPLE_ELEMENT &&
+	       !opcode_is_collective(op);
+}
+
+/*
+ * Whether delaying `via` to just before target keeps operand p from living longer: p lives
+ * until target anyway (a parameter, an output, another use there or later), or every use of p
+ * is via and p can move along with it (the same holds for its own operands).
+ */
+static bool free_at(const struct sched_ctx *x, int p, int via, int target, int depth)
+{
+	if (x->ops[p] == OP_PARAMETER || x->is_output[p])
+		return true;
+	bool only_via = true;
+	for (int u = 0; u < x->n_uses[p]; u++) {
+		int c = x->uses[x->first_use[p] + u];
+		if (c > via && x->anchor[c] >= target)
+			return true;
+		only_via &= c == via;
+	}
+	if (!only_via || depth > 32 || !movable(x, p) || x->segment[p] != x->segment[target])
+		return false;
+	const Podemu__Node *n = x->g->nodes[p];
+	for (size_t k = 0; k < n->n_operands; k++)
+		if (!free_at(x, n->operands[k], p, target, depth + 1))
+			return false;
+	return true;
+}
+
+/*
+ * The order: in recorded order, each anchor after the nodes delayed to it (in recorded
+ * order), each group leader followed by the collectives that joined it. head and link are
+ * scratch of n entries.
+ */
+static int emit(const struct sched_ctx *x, const int *leader, const int *next, int *head, int *link,
+                int *order)
+{
+	int n = x->n;
+	for (int i = 0; i < n; i++)
+		head[i] = -1;
+	for (int i = n - 1; i >= 0; i--)
+		if (x->anchor[i] != i && leader[i] == -1) {
+			link[i] = head[x->anchor[i]];
+			head[x->anchor[i]] = i;
+		}
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		if (x->anchor[i] != i)
+			continue; /* delayed, or joined a group: emitted with its anchor */
+		for (int d = head[i]; d != -1; d = link[d])
+			order[k++] = d;
+		order[k++] = i;
+		for (int m = next[i]; m != -1; m = next[m])
+			order[k++] = m;
+	}
+	return k;
+}
+
+/*
+ * Highest sum of live temporaries over the order: a value is live from its node to its last
+ * use (get-tuple-element and opt-barrier alias their sources). Parameters and outputs are
+ * device buffers for the whole step in any order, so they are left out. position, last and
+ * root are scratch of n entries.
+ */
+static int64_t live_peak(const struct sched_ctx *x, const int *order, int *position, int *last,
+                         int *root)
+{
+	int n = x->n;
+	for (int k = 0; k < n; k++)
+		position[order[k]] = k;
+	for (int i = 0; i < n; i++) {
+		const Podemu__Node *node = x->g->nodes[i];
+		root[i] = i;
+		if (x->ops[i] == OP_GET_TUPLE_ELEMENT)
+			root[i] = root[x->g->nodes[node->operands[0]]->operands[node->tuple_index]];
+		last[i] = position[i];
+	}
+	for (int i = 0; i < n; i++)
+		for (size_t k = 0; k < x->g->nodes[i]->n_operands; k++) {
+			int r = root[x->g->nodes[i]->operands[k]];
+			if (position[i] > last[r])
+				last[r] = position[i];
+		}
+	for (size_t k = 0; k < x->g->n_outputs; k++)
+		last[root[x->g->outputs[k]]] = -1; /* held: not a temporary */
+	int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t));
+	if (delta == NULL)
+		return INT64_MAX;
+	for (int i = 0; i < n; i++) {
+		if (root[i] != i || last[i] < 0 || x->ops[i] == OP_PARAMETER ||
+		    x->ops[i] == OP_OPT_BARRIER)
+			continue;
+		int64_t bytes = shape_bytes(&x->shapes[i]);
+		delta[position[i]] += bytes;
+		delta[last[i] + 1] -= bytes; /* freed once its last user has run */
+	}
+	int64_t live = 0, peak = 0;
+	for (int k = 0; k <= n; k++) {
+		live += delta[k];
+		if (live > peak)
+			peak = live;
+	}
+	free(delta);
+	return peak;
+}
+
+int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct shape *shapes,
+                  const struct schedule_options *o, struct arena *a, struct status *st)
+{
+	int n = (int)g->n_nodes;
+	memset(out, 0, sizeof(*out));
+	out->n = n;
+	out->order = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *segment = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *leader = arena_calloc(a, (size_t)n + 1, sizeof(int));        /* combined into */
+	int *next = arena_calloc(a, (size_t)n + 1, sizeof(int));          /* next group member */
+	int64_t *group = arena_calloc(a, (size_t)n + 1, sizeof(int64_t)); /* leader: bytes */
+	int *anchor = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *n_uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *first_use = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* CSR of consumers */
+	int *uses = arena_calloc(a, (size_t)n * 4 + 1, sizeof(int));
+	bool *is_output = arena_calloc(a, (size_t)n + 1, sizeof(bool));
+	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
+	if (!out->order || !segment || !leader || !next || !group || !anchor || !n_uses ||
+	    !first_use || !uses || !is_output || !ops)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	size_t total_uses = 0;
+	for (int i = 0, seg = 0; i < n; i++) {
+		ops[i] = opcode_parse(g->nodes[i]->opcode);
+		segment[i] = seg;
+		if (ops[i] == OP_OPT_BARRIER)
+			seg++; /* the barrier closes its segment; its elements open the next */
+		leader[i] = -1;
+		next[i] = -1;
+		total_uses += g->nodes[i]->n_operands;
+	}
+	if (total_uses > (size_t)n * 4 &&
+	    (uses = arena_calloc(a, total_uses + 1, sizeof(int))) == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t k = 0; k < g->n_outputs; k++)
+		is_output[g->outputs[k]] = true;
+
+	/* Combining: a later collective joins the last group of its kind in its segment. */
+	int64_t limit = o ? o->combine_threshold_bytes : 0;
+	for (int j = 0; limit > 0 && j < n; j++) {
+		if (!is_combining_kind(ops[j]))
+			continue;
+		int64_t bytes = shape_bytes(&shapes[j]);
+		for (int i = j - 1; i >= 0 && segment[i] == segment[j]; i--) {
+			if (leader[i] != -1 || !is_combining_kind(ops[i]) ||
+			    !combinable(g->nodes[i], g->nodes[j], &shapes[i], &shapes[j]))
+				continue;
+			bool ready = true; /* every operand of j exists before the leader */
+			for (size_t k = 0; k < g->nodes[j]->n_operands; k++)
+				ready &= g->nodes[j]->operands[k] < i;
+			int64_t first_bytes = group[i] ? group[i] : shape_bytes(&shapes[i]);
+			if (ready && first_bytes + bytes <= limit) {
+				group[i] = first_bytes + bytes;
+				leader[j] = i;
+				int tail = i;
+				while (next[tail] != -1)
+					tail = next[tail];
+				next[tail] = j;
+				out->n_combined++;
+			}
+			break; /* only the nearest group of the same kind is a candidate */
+		}
+	}
+
+	/* Consumers of every node, in order. */
+	for (int i = 0; i < n; i++)
+		for (size_t k = 0; k < g->nodes[i]->n_operands; k++)
+			n_uses[g->nodes[i]->operands[k]]++;
+	for (int i = 0, at = 0; i < n; i++) {
+		first_use[i] = at;
+		at += n_uses[i];
+		n_uses[i] = 0;
+	}
+	for (int i = 0; i < n; i++)
+		for (size_t k = 0; k < g->nodes[i]->n_operands; k++) {
+			int o2 = g->nodes[i]->operands[k];
+			uses[first_use[o2] + n_uses[o2]++] = i;
+		}
+
+	/*
+	 * Delaying, from the last node back: node i runs just before anchor[i], a node that keeps
+	 * its place. A collective that joined a group runs where the group's first one does.
+	 */
+	struct sched_ctx x = {g,      shapes,    n,    ops,       segment,
+	                      n_uses, first_use, uses, is_output, anchor};
+	int *head = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *link = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *combined = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *last = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (!head || !link || !combined || !position || !last || !root)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0; i < n; i++)
+		anchor[i] = leader[i] != -1 ? leader[i] : i;
+	if (emit(&x, leader, next, head, link, combined) != n)
+		return status_set(st, ST_INTERNAL, "scheduling lost nodes");
+	memcpy(out->order, combined, (size_t)n * sizeof(int));
+	if (o == NULL || !o->memory_aware)
+		return ST_OK;
+	for (int i = n - 1; i >= 0; i--) {
+		if (!movable(&x, i) || n_uses[i] == 0 || shape_bytes(&shapes[i]) == 0)
+			continue;
+		int target = n;
+		for (int u = 0; u < n_uses[i]; u++) {
+			int c = anchor[uses[first_use[i] + u]];
+			if (c < target)
+				target = c;
+		}
+		if (target <= i + 1 || segment[target] != segment[i])
+			continue;
+		bool free_move = true;
+		for (size_t k = 0; free_move && k < g->nodes[i]->n_operands; k++)
+			free_move = free_at(&x, g->nodes[i]->operands[k], i, target, 0);
+		if (free_move) {
+			anchor[i] = target;
+			out->n_delayed++;
+		}
+	}
+	if (out->n_delayed == 0)
+		return ST_OK;
+	if (emit(&x, leader, next, head, link, out->order) != n)
+		return status_set(st, ST_INTERNAL, "scheduling lost nodes");
+	/* Kept only when it lowers the peak of live bytes. */
+	int64_t before = live_peak(&x, combined, position, last, root);
+	int64_t after = live_peak(&x, out->order, position, last, root);
+	if (after >= before) {
+		memcpy(out->order, combined, (size_t)n * sizeof(int));
+		out->n_delayed = 0;
+	}
+	return ST_OK;
+}
+
+Podemu__Graph *schedule_apply(const Podemu__Graph *g, const struct schedule *s,
+                              struct shape *shapes, struct arena *a)
+{
+	int n = s->n;
+	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	Podemu__Graph *out = arena_alloc(a, sizeof(*out));
+	Podemu__Node **nodes = arena_calloc(a, (size_t)n + 1, sizeof(*nodes));
+	int32_t *outputs = arena_calloc(a, g->n_outputs + 1, sizeof(int32_t));
+	struct shape *moved = shapes ? arena_calloc(a, (size_t)n + 1, sizeof(*moved)) : NULL;
+	if (!position || !out || !nodes || !outputs || (shapes && !moved))
+		return NULL;
+	for (int k = 0; k < n; k++)
+		position[s->order[k]] = k;
+	for (int k = 0; k < n; k++) {
+		const Podemu__Node *src = g->nodes[s->order[k]];
+		Podemu__Node *copy = arena_alloc(a, sizeof(*copy));
+		int32_t *operands = arena_calloc(a, src->n_operands + 1, sizeof(int32_t));
+		if (copy == NULL || operands == NULL)
+			return NULL;
+		*copy = *src;
+		for (size_t j = 0; j < src->n_operands; j++)
+			operands[j] = position[src->operands[j]];
+		copy->operands = operands;
+		nodes[k] = copy;
+		if (shapes)
+			moved[k] = shapes[s->order[k]];
+	}
+	for (size_t j = 0; j < g->n_outputs; j++)
+		outputs[j] = position[g->outputs[j]];
+	if (shapes)
+		memcpy(shapes, moved, (size_t)n * sizeof(*shapes));
+	*out = *g;
+	out->nodes = nodes;
+	out->outputs = outputs;
+	return out;
+}
