@@ -176,8 +176,9 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 	out->n = n;
 	out->order = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *segment = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *leader = arena_calloc(a, (size_t)n + 1, sizeof(int));        /* combined into */
-	int *next = arena_calloc(a, (size_t)n + 1, sizeof(int));          /* next group member */
+	int *leader = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* combined into */
+	int *next = arena_calloc(a, (size_t)n + 1, sizeof(int));   /* next group member */
+	int *hoist = arena_calloc(a, (size_t)n + 1, sizeof(int));  /* parameter: run before */
 	int64_t *group = arena_calloc(a, (size_t)n + 1, sizeof(int64_t)); /* leader: bytes */
 	int *anchor = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *n_uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
@@ -185,7 +186,7 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 	int *uses = arena_calloc(a, (size_t)n * 4 + 1, sizeof(int));
 	bool *is_output = arena_calloc(a, (size_t)n + 1, sizeof(bool));
 	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
-	if (!out->order || !segment || !leader || !next || !group || !anchor || !n_uses ||
+	if (!out->order || !segment || !leader || !next || !hoist || !group || !anchor || !n_uses ||
 	    !first_use || !uses || !is_output || !ops)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	size_t total_uses = 0;
@@ -196,6 +197,7 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 			seg++; /* the barrier closes its segment; its elements open the next */
 		leader[i] = -1;
 		next[i] = -1;
+		hoist[i] = -1;
 		total_uses += g->nodes[i]->n_operands;
 	}
 	if (total_uses > (size_t)n * 4 &&
@@ -214,11 +216,22 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 			if (leader[i] != -1 || !is_combining_kind(ops[i]) ||
 			    !combinable(g->nodes[i], g->nodes[j], &shapes[i], &shapes[j]))
 				continue;
-			bool ready = true; /* every operand of j exists before the leader */
-			for (size_t k = 0; k < g->nodes[j]->n_operands; k++)
-				ready &= g->nodes[j]->operands[k] < i;
+			/*
+			 * Every operand of j exists before the leader. A parameter is a device
+			 * buffer that exists all along: its node moves up with j.
+			 */
+			bool ready = true;
+			for (size_t k = 0; k < g->nodes[j]->n_operands; k++) {
+				int p = g->nodes[j]->operands[k];
+				ready &= p < i || ops[p] == OP_PARAMETER;
+			}
 			int64_t first_bytes = group[i] ? group[i] : shape_bytes(&shapes[i]);
 			if (ready && first_bytes + bytes <= limit) {
+				for (size_t k = 0; k < g->nodes[j]->n_operands; k++) {
+					int p = g->nodes[j]->operands[k];
+					if (p > i && (hoist[p] == -1 || hoist[p] > i))
+						hoist[p] = i;
+				}
 				group[i] = first_bytes + bytes;
 				leader[j] = i;
 				int tail = i;
@@ -261,7 +274,7 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 	if (!head || !link || !combined || !position || !last || !root)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int i = 0; i < n; i++)
-		anchor[i] = leader[i] != -1 ? leader[i] : i;
+		anchor[i] = leader[i] != -1 ? leader[i] : hoist[i] != -1 ? hoist[i] : i;
 	if (emit(&x, leader, next, head, link, combined) != n)
 		return status_set(st, ST_INTERNAL, "scheduling lost nodes");
 	memcpy(out->order, combined, (size_t)n * sizeof(int));

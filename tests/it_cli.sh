@@ -214,6 +214,20 @@ pe run "$hlo/layer.hlo" --fill 1 --json | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
 assert [o["sum"] for o in r["outputs"]] == [-64.0 * 64] * 8, r["outputs"]' || fail "run layer.hlo"
+# FSDP training: the loss falls and matches the host; barriers lower the peak; the agents'
+# measured peak equals the plan's in both runs.
+PODEMU_STATE_DIR="$state" "$bin/podemu-example-fsdp-mlp" >"$state/fsdp.txt" 2>&1 ||
+	fail "fsdp_mlp: $(tail -5 "$state/fsdp.txt")"
+python3 - "$state/fsdp.txt" <<'PY' || fail "fsdp_mlp output: $(tail -3 "$state/fsdp.txt")"
+import re, sys
+text = open(sys.argv[1]).read()
+losses = [float(x) for x in re.findall(r"barriers +step +\d+: loss ([0-9.]+)", text)]
+assert len(losses) == 40 and losses[19] < 0.9 * losses[0], losses
+m = re.search(r"peak HBM per core: (\d+) bytes with barriers, (\d+) without "
+              r"\(core 0 measured (\d+) and (\d+)\)", text)
+with_b, without, meas_b, meas_p = map(int, m.groups())
+assert with_b < without and meas_b == with_b and meas_p == without, m.groups()
+PY
 # Every kernel family of ops.hlo (see the file), per core: dynamic slices at the replica id.
 pe run "$hlo/ops.hlo" --fill 2 --json | python3 -c '
 import json, sys

@@ -95,6 +95,25 @@ static void test_combining_merges_independent_all_gathers(void **state)
 	assert_true(schedule_is_identity(&s));
 	arena_free(b.a);
 
+	/* A parameter first used after the leader (the library adds it then) moves up too. */
+	o.combine_threshold_bytes = 30 << 20;
+	gb_init(&b);
+	param(&b, 1024, 1);                /* 0 */
+	all_gather(&b, 0);                 /* 1 */
+	gb_node(&b, "add", 1, 1, -1);      /* 2 */
+	param(&b, 1024, 2);                /* 3 */
+	all_gather(&b, 3);                 /* 4 */
+	gb_node(&b, "multiply", 4, 2, -1); /* 5 */
+	int32_t out5[] = {5};
+	gb_outputs(&b, out5, 1);
+	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
+	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
+	assert_int_equal(s.n_combined, 1);
+	int want_hoisted[] = {0, 3, 1, 4, 2, 5};
+	assert_memory_equal(s.order, want_hoisted, sizeof(want_hoisted));
+	assert_int_equal(temp_bytes(&b, &s), 3 * 16384);
+	arena_free(b.a);
+
 	/* An opt-barrier between them keeps them apart. */
 	build_two_layers(&b, true);
 	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
