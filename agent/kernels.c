@@ -430,8 +430,11 @@ static void select_op(const struct kernel_call *k)
 		       (const unsigned char *)k->in[p[i] ? 1 : 2] + (size_t)i * es, es);
 }
 
-/* Result dimension dimensions[i] indexes operand dimension i; the others repeat it. */
-static void broadcast(const struct kernel_call *k)
+/*
+ * out[idx] = in[j] where input dimension e of j is output dimension axis[e] of idx: the element
+ * copy behind broadcast (axis = dimensions) and transpose (axis = inverse permutation).
+ */
+static void copy_by_axes(const struct kernel_call *k, const int64_t *axis)
 {
 	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
 	size_t es = dtype_size(out->dtype);
@@ -440,8 +443,8 @@ static void broadcast(const struct kernel_call *k)
 	int64_t n = shape_elements(out);
 	for (int64_t i = 0; i < n; i++) {
 		int64_t from = 0;
-		for (int d = 0; d < in->rank; d++)
-			from += idx[k->node->dimensions[d]] * in_strides[d];
+		for (int e = 0; e < in->rank; e++)
+			from += idx[axis[e]] * in_strides[e];
 		memcpy((unsigned char *)k->out + (size_t)i * es,
 		       (const unsigned char *)k->in[0] + (size_t)from * es, es);
 		next_index(idx, out->dims, out->rank);
@@ -501,22 +504,13 @@ static void dynamic_update_slice(const struct kernel_call *k)
 	copy_box(k->out, in, start, (void *)k->in[1], up->dims, false);
 }
 
-/* out[i0..] = in[..] with out dimension d taken from input dimension perm[d]. */
+/* Output dimension d is input dimension perm[d]. */
 static void transpose(const struct kernel_call *k)
 {
-	const struct shape *in = k->in_shapes[0], *out = k->out_shape;
-	size_t es = dtype_size(out->dtype);
-	int64_t in_strides[SHAPE_MAX_RANK], idx[SHAPE_MAX_RANK] = {0};
-	strides_of(in, in_strides);
-	int64_t n = shape_elements(out);
-	for (int64_t i = 0; i < n; i++) {
-		int64_t from = 0;
-		for (int d = 0; d < out->rank; d++)
-			from += idx[d] * in_strides[k->node->dimensions[d]];
-		memcpy((unsigned char *)k->out + (size_t)i * es,
-		       (const unsigned char *)k->in[0] + (size_t)from * es, es);
-		next_index(idx, out->dims, out->rank);
-	}
+	int64_t axis[SHAPE_MAX_RANK];
+	for (int d = 0; d < k->out_shape->rank; d++)
+		axis[k->node->dimensions[d]] = d;
+	copy_by_axes(k, axis);
 }
 
 /* [m,k] x [k,n]: sums in double (integers wrap when stored, as the hardware does). */
@@ -624,8 +618,8 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 	case OP_SELECT:
 		select_op(k);
 		return ST_OK;
-	case OP_BROADCAST:
-		broadcast(k);
+	case OP_BROADCAST: /* operand dimension i is result dimension dimensions[i] */
+		copy_by_axes(k, k->node->dimensions);
 		return ST_OK;
 	case OP_DYNAMIC_SLICE:
 		dynamic_slice(k);
