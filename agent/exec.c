@@ -10,6 +10,7 @@
 
 #include "step.h"
 #include "graph.h"
+#include "fusion.h"
 #include "kernels.h"
 #include "log.h"
 
@@ -100,6 +101,10 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 		return ST_OK;
 	case PODEMU__BUFFER_KIND__BUFFER_NONE:
 		if (op != OP_OPT_BARRIER)
+			break;
+		return ST_OK;
+	case PODEMU__BUFFER_KIND__BUFFER_FUSED:
+		if (s->prog->n_fused_into == 0 || s->prog->fused_into[i] == -1)
 			break;
 		return ST_OK;
 	default:
@@ -224,6 +229,20 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		if (opcode_is_collective(s->ops[i]))
 			s->coll_of_node[i] = s->num_colls++;
 	}
+	if ((rv = fusion_check(p->graph, s->shapes, s->ops, p->fused_into, p->n_fused_into, st)) !=
+	    ST_OK)
+		return rv;
+	s->fusion_next = arena_calloc(s->arena, n + 1, sizeof(int));
+	s->fusion_head = arena_calloc(s->arena, n + 1, sizeof(int));
+	if (!s->fusion_next || !s->fusion_head)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < n; i++)
+		s->fusion_head[i] = -1;
+	for (size_t i = n; i-- > 0;) /* members of each fusion, in program order */
+		if (p->n_fused_into && p->fused_into[i] != -1) {
+			s->fusion_next[i] = s->fusion_head[p->fused_into[i]];
+			s->fusion_head[p->fused_into[i]] = (int)i;
+		}
 	s->window = p->window > 0 && p->window <= 64 ? p->window : 4;
 	s->inbox = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->inbox));
 	s->micros = arena_calloc(s->arena, (size_t)dev->cores_per_host * (size_t)(s->num_colls + 1),
@@ -407,6 +426,58 @@ static int stall(struct device *dev, struct step *s, struct core *c, int node, s
 	return rv;
 }
 
+/* Elements per tile of a fusion: each member's tile lives in host scratch, not in HBM. */
+#define FUSION_TILE 4096
+
+/*
+ * Runs the fusion rooted at node root tile by tile: every member computes a tile of its values
+ * from HBM operands or from the tiles of the members before it; only the root writes HBM.
+ */
+static int run_fusion(struct step *s, struct core *c, int root, struct status *st)
+{
+	const Podemu__Graph *g = s->prog->graph;
+	int members[FUSION_MAX_NODES + 1], m = 0;
+	for (int j = s->fusion_head[root]; j != -1 && m < FUSION_MAX_NODES; j = s->fusion_next[j])
+		members[m++] = j;
+	members[m++] = root;
+	unsigned char *scratch = malloc((size_t)m * FUSION_TILE * sizeof(double));
+	if (scratch == NULL)
+		return status_set(st, ST_INTERNAL, "out of host memory");
+	int64_t total = shape_elements(&s->shapes[root]);
+	int rv = ST_OK;
+	for (int64_t t = 0; t < total && rv == ST_OK; t += FUSION_TILE) {
+		int64_t len = total - t < FUSION_TILE ? total - t : FUSION_TILE;
+		for (int q = 0; q < m && rv == ST_OK; q++) {
+			int node = members[q];
+			const Podemu__Node *n = g->nodes[node];
+			struct shape tiles[4];
+			struct kernel_call k = {
+			    .op = s->ops[node], .node = n, .out_shape = &tiles[3]};
+			shape_make(&tiles[3], s->shapes[node].dtype, &len, 1, st);
+			size_t es = dtype_size(s->shapes[node].dtype);
+			k.out = node == root
+			            ? (unsigned char *)core_ptr(c, s, root) + (size_t)t * es
+			            : scratch + (size_t)q * FUSION_TILE * sizeof(double);
+			for (size_t j = 0; j < n->n_operands && j < 3; j++) {
+				int p = n->operands[j], slot = -1;
+				for (int r = 0; r < q; r++)
+					slot = members[r] == p ? r : slot;
+				shape_make(&tiles[j], s->shapes[p].dtype, &len, 1, st);
+				k.in_shapes[j] = &tiles[j];
+				k.in[j] =
+				    slot >= 0
+				        ? scratch + (size_t)slot * FUSION_TILE * sizeof(double)
+				        : (const unsigned char *)core_ptr(c, s, p) +
+				              (size_t)t * dtype_size(s->shapes[p].dtype);
+				k.num_in++;
+			}
+			rv = kernel_run(&k, st);
+		}
+	}
+	free(scratch);
+	return rv;
+}
+
 static int run_core(struct device *dev, struct step *s, struct core *c, struct status *st)
 {
 	const Podemu__Graph *g = s->prog->graph;
@@ -424,9 +495,18 @@ static int run_core(struct device *dev, struct step *s, struct core *c, struct s
 				return rv;
 			continue;
 		}
-		if (!dev->backed)
-			continue;
+		if (!dev->backed || (s->prog->n_fused_into && s->prog->fused_into[i] != -1))
+			continue; /* a fused node is computed by its fusion's root */
 		const Podemu__Node *n = g->nodes[i];
+		if (s->fusion_head[i] != -1) {
+			int rv = run_fusion(s, c, (int)i, st);
+			if (rv != ST_OK)
+				return status_set(st, rv,
+				                  "fusion rooted at %s (node %d) on core %d: %s",
+				                  n->opcode, step_source_node(s, (int)i),
+				                  c->ordinal, st->message);
+			continue;
+		}
 		struct kernel_call k = {.op = op,
 		                        .node = n,
 		                        .out_shape = &s->shapes[i],

@@ -41,6 +41,8 @@ struct step {
 	char cancel_reason[512];
 	struct inbox_entry **inbox; /* [core] */
 	int64_t *micros;            /* [core * num_colls] */
+	int *fusion_head;           /* [node]: first node fused into it, or -1 */
+	int *fusion_next;           /* [node]: the next node of the same fusion, or -1 */
 };
 
 /* The index the client recorded node i under (the coordinator may have reordered nodes). */

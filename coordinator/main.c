@@ -40,6 +40,8 @@ static void usage(FILE *f)
 	    "                             combiners do (default 30M; 0: never)\n"
 	    "  --scheduler NAME           memory-aware (default) or recorded (run nodes in the\n"
 	    "                             order the client recorded them)\n"
+	    "  --fusion NAME              elementwise (default: chains of elementwise ops are one\n"
+	    "                             kernel, their intermediates take no HBM) or none\n"
 	    "  --token-file PATH          the pod's secret (else PODEMU_TOKEN); agents and\n"
 	    "                             clients without it are refused\n"
 	    "  --insecure                 allow a non-loopback address without a token\n"
@@ -99,6 +101,7 @@ int main(int argc, char **argv)
 	    {"window", required_argument, NULL, 'W'},
 	    {"combine-threshold-bytes", required_argument, NULL, 'K'},
 	    {"scheduler", required_argument, NULL, 'S'},
+	    {"fusion", required_argument, NULL, 'F'},
 	    DAEMON_TRUST_LONG_OPTIONS,
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
@@ -106,7 +109,7 @@ int main(int argc, char **argv)
 	};
 	const char *listen_url = "tcp://127.0.0.1:7460", *topology_name = NULL;
 	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
-	const char *combine_text = "30M", *scheduler = "memory-aware";
+	const char *combine_text = "30M", *scheduler = "memory-aware", *fusion = "elementwise";
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
 	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
 	struct daemon_trust trust = {0};
@@ -154,6 +157,9 @@ int main(int argc, char **argv)
 		case 'S':
 			scheduler = optarg;
 			break;
+		case 'F':
+			fusion = optarg;
+			break;
 		case 'v':
 			level = LOG_DEBUG;
 			break;
@@ -196,6 +202,9 @@ int main(int argc, char **argv)
 	    strcmp(scheduler, "recorded") != 0)
 		rv = status_set(&st, ST_INVALID_ARGUMENT,
 		                "unknown scheduler '%s' (memory-aware, recorded)", scheduler);
+	if (rv == ST_OK && strcmp(fusion, "elementwise") != 0 && strcmp(fusion, "none") != 0)
+		rv = status_set(&st, ST_INVALID_ARGUMENT, "unknown fusion '%s' (elementwise, none)",
+		                fusion);
 	if (rv == ST_OK && (window < 1 || window > 64))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--window must be in [1, 64]");
 	if (rv == ST_OK && algo != NULL && algo[0] != '\0' && strcmp(algo, "ring") != 0 &&
@@ -231,6 +240,7 @@ int main(int argc, char **argv)
 	co.collective_algorithm = algo;
 	co.schedule.combine_threshold_bytes = combine;
 	co.schedule.memory_aware = strcmp(scheduler, "memory-aware") == 0;
+	co.fusion = strcmp(fusion, "elementwise") == 0;
 
 	struct rpc_server *server;
 	char bound[256];

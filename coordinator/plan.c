@@ -60,7 +60,8 @@ static int64_t place_temps(struct temp *t, int n)
 }
 
 int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const struct shape *shapes,
-              const uint64_t *output_handles, const int64_t *scratch, struct status *st)
+              const uint64_t *output_handles, const int64_t *scratch, const int *fused_into,
+              struct status *st)
 {
 	int n = (int)g->n_nodes;
 	memset(out, 0, sizeof(*out));
@@ -79,10 +80,12 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			root[i] = root[g->nodes[node->operands[0]]->operands[node->tuple_index]];
 		last[i] = i;
 		output_of[i] = -1;
+		/* A fused node reads its operands when its fusion's root runs. */
+		int at = fused_into && fused_into[i] >= 0 ? fused_into[i] : i;
 		for (size_t k = 0; k < node->n_operands; k++) {
 			int r = root[node->operands[k]];
-			if (i > last[r])
-				last[r] = i;
+			if (at > last[r])
+				last[r] = at;
 		}
 	}
 	for (size_t k = 0; k < g->n_outputs; k++) {
@@ -114,6 +117,8 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			out->argument_bytes += aligned(b->bytes);
 		} else if (op == OP_OPT_BARRIER) {
 			b->kind = PODEMU__BUFFER_KIND__BUFFER_NONE;
+		} else if (fused_into && fused_into[i] >= 0) {
+			b->kind = PODEMU__BUFFER_KIND__BUFFER_FUSED; /* computed inside its root */
 		} else if (op == OP_GET_TUPLE_ELEMENT) {
 			b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
 			b->alias_of = root[i];

@@ -24,10 +24,13 @@ struct plan {
 /*
  * Plans g (already checked; shapes[i] is node i's shape). output_handles[k] is the handle the
  * k-th output will get. scratch (NULL: none) gives per node the bytes a collective needs while
- * it runs, planned as a temporary live only at that node. Returns INVALID_ARGUMENT when an
- * output is a parameter or two outputs are the same value.
+ * it runs, planned as a temporary live only at that node. fused_into (NULL: no fusion) names per
+ * node the fusion root that computes it: such a node gets no buffer, and what it reads is live
+ * until its root runs. Returns INVALID_ARGUMENT when an output is a parameter or two outputs are
+ * the same value.
  */
 int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const struct shape *shapes,
-              const uint64_t *output_handles, const int64_t *scratch, struct status *st);
+              const uint64_t *output_handles, const int64_t *scratch, const int *fused_into,
+              struct status *st);
 
 #endif

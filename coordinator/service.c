@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "fanout.h"
+#include "fusion.h"
 #include "graph.h"
 #include "lower.h"
 #include "log.h"
@@ -616,6 +617,13 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	rep->combined_collectives = sched.n_combined;
 	rep->delayed_nodes = sched.n_delayed;
+	int *fused_into = NULL;
+	if (co->fusion) {
+		fused_into = arena_calloc(a, g->n_nodes + 1, sizeof(int));
+		if (fused_into == NULL ||
+		    (rep->fused_nodes = fusion_plan(g, shapes, fused_into, a)) < 0)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
 
 	int64_t *scratch = arena_calloc(a, g->n_nodes, sizeof(int64_t));
 	if (scratch == NULL)
@@ -625,7 +633,7 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 			scratch[i] = lower_scratch_bytes(
 			    g->nodes[i], &shapes[g->nodes[i]->operands[0]], co->chunk_bytes);
 	struct plan plan;
-	if ((rv = plan_step(&plan, a, g, shapes, out_handles, scratch, st)) != ST_OK)
+	if ((rv = plan_step(&plan, a, g, shapes, out_handles, scratch, fused_into, st)) != ST_OK)
 		return rv;
 	if (req->compile_only) {
 		/* "Would this fit?": the plan's figures, and XLA's text when it does not. */
@@ -654,6 +662,10 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	if (reordered) {
 		prog->source_nodes = sched.order;
 		prog->n_source_nodes = (size_t)sched.n;
+	}
+	if (rep->fused_nodes > 0) {
+		prog->fused_into = fused_into;
+		prog->n_fused_into = g->n_nodes;
 	}
 	prog->graph = g;
 	prog->buffers = plan.buffers;

@@ -3,6 +3,7 @@
 #define PODEMU_COORD_SERVICE_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "registry.h"
@@ -20,6 +21,7 @@ struct coordinator {
 	int window;                       /* data-plane chunks in flight per peer */
 	const char *collective_algorithm; /* forced algorithm, or NULL to choose */
 	struct schedule_options schedule; /* combining and memory-aware scheduling */
+	bool fusion;                      /* elementwise fusion */
 };
 
 /* Handlers indexed by enum coordinator_method, with a struct coordinator as state. */

@@ -234,9 +234,11 @@ with_b, without, meas_b, meas_p = map(int, m.groups())
 assert with_b < without and meas_b == with_b and meas_p == without, m.groups()
 PY
 # Every kernel family of ops.hlo (see the file), per core: dynamic slices at the replica id.
-pe run "$hlo/ops.hlo" --fill 2 --json | python3 -c '
+check_ops() {
+	python3 -c '
 import json, sys
 r = json.load(sys.stdin)
+print(r["planned_peak_bytes"])
 got = {}
 for o in r["outputs"]:
     got.setdefault(o["output"], []).append(o["sum"])
@@ -245,11 +247,19 @@ want = {0: 120, 1: 176, 2: 32, 3: 88, 4: 400, 5: 36, 8: 32, 9: 0, 10: 120}
 for k, v in want.items():
     assert all(near(x, v) for x in got[k]), (k, got[k])
 assert got[6] == [8.0 * c for c in range(8)], got[6]   # row c of a [8,8] iota
-assert got[7] == [8.0 * c for c in range(8)], got[7]   # written back at row c' ||
-	fail "run ops.hlo"
+assert got[7] == [8.0 * c for c in range(8)], got[7]   # written back at row c'
+}
+fused_peak=$(pe run "$hlo/ops.hlo" --fill 2 --json | check_ops) || fail "run ops.hlo"
 if pe run "$hlo/no-kernel.hlo" >"$state/err.txt" 2>&1; then fail "run of an op without a kernel"; fi
 grep -q "UNIMPLEMENTED: node 1: cosine (e, line 5) has no kernel in podemu" "$state/err.txt" ||
 	fail "run: $(cat "$state/err.txt")"
+pe down >/dev/null
+# The same values without the coordinator's passes, and a higher peak without fusion.
+pe up --hosts 2 --cores-per-host 4 --hbm 256M --backing host --port 0 --fusion none \
+	--scheduler recorded --combine-threshold-bytes 0 >/dev/null
+plain_peak=$(pe run "$hlo/ops.hlo" --fill 2 --json | check_ops) || fail "run ops.hlo unfused"
+[ "$plain_peak" -gt "$fused_peak" ] || fail "fusion saved nothing: $plain_peak vs $fused_peak"
+echo "ops.hlo planned peak per core: $fused_peak bytes with the passes, $plain_peak without"
 pe down >/dev/null
 # Without real bytes, an op without a kernel is planned and accounted like any other.
 pe up --hosts 2 --cores-per-host 4 --hbm 256M --backing none --port 0 >/dev/null

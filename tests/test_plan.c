@@ -30,7 +30,7 @@ static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **st
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {77};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, &st), ST_OK);
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
 	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_TEMP);
 	assert_int_equal(KIND(p, 3), PODEMU__BUFFER_KIND__BUFFER_OUTPUT);
 	assert_int_equal(p.buffers[3]->handle, 77);
@@ -60,7 +60,7 @@ static void test_parameters_barriers_and_aliases(void **state)
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {9};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, &st), ST_OK);
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
 	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_PARAMETER);
 	assert_int_equal(p.buffers[0]->handle, 5);
 	/* Holding the barrier's output holds the value it passes through. */
@@ -88,7 +88,8 @@ static void test_outputs_that_are_parameters_are_refused(void **state)
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {9};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st),
+	                 ST_INVALID_ARGUMENT);
 	assert_non_null(strstr(st.message, "is the parameter itself"));
 	arena_free(b.a);
 }
@@ -110,7 +111,7 @@ static void test_all_gather_output_is_the_only_extra_memory(void **state)
 	assert_int_equal(graph_check(&b.g, 8, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {2};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, &st), ST_OK);
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
 	assert_int_equal(p.temp_bytes, 0);
 	assert_int_equal(p.output_bytes, 4LL << 30);
 	assert_int_equal(p.argument_bytes, 512LL << 20);

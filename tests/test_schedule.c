@@ -42,7 +42,7 @@ static int64_t temp_bytes(struct gb *b, const struct schedule *s)
 	assert_int_equal(graph_check(g, 4, checked, &st), ST_OK); /* still a valid graph */
 	uint64_t handles[8] = {101, 102, 103, 104, 105, 106, 107, 108};
 	struct plan p;
-	assert_int_equal(plan_step(&p, b->a, g, copy, handles, NULL, &st), ST_OK);
+	assert_int_equal(plan_step(&p, b->a, g, copy, handles, NULL, NULL, &st), ST_OK);
 	return p.temp_bytes;
 }
 

@@ -33,6 +33,7 @@ static void usage(FILE *f)
 	    "          --chunk-bytes SIZE  --collective-timeout-ms N  --heartbeat-timeout-ms N\n"
 	    "          --combine-threshold-bytes SIZE (default 30M; 0: no combining)\n"
 	    "          --scheduler memory-aware|recorded (default memory-aware)\n"
+	    "          --fusion elementwise|none (default elementwise)\n"
 	    "          --tls (mutual TLS on every socket; certificate, key and pod CA from\n"
 	    "          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
 	    "  down    stop every process of the pod\n"
@@ -95,6 +96,7 @@ enum {
 	OPT_NO_ALIAS,
 	OPT_COMBINE,
 	OPT_SCHEDULER,
+	OPT_FUSION,
 	OPT_SVG,
 	OPT_FILL,
 	OPT_PARAM_DIR,
@@ -152,6 +154,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
 	    {"combine-threshold-bytes", required_argument, NULL, OPT_COMBINE},
 	    {"scheduler", required_argument, NULL, OPT_SCHEDULER},
+	    {"fusion", required_argument, NULL, OPT_FUSION},
 	    {"svg", required_argument, NULL, OPT_SVG},
 	    {"fill", required_argument, NULL, OPT_FILL},
 	    {"param-dir", required_argument, NULL, OPT_PARAM_DIR},
@@ -268,6 +271,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_SCHEDULER:
 			o->up.scheduler = optarg;
+			break;
+		case OPT_FUSION:
+			o->up.fusion = optarg;
 			break;
 		case OPT_COMBINE:
 			o->up.combine_threshold = optarg;

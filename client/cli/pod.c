@@ -284,6 +284,10 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 		argv[argc++] = "--scheduler";
 		argv[argc++] = (char *)o->scheduler;
 	}
+	if (o->fusion != NULL) {
+		argv[argc++] = "--fusion";
+		argv[argc++] = (char *)o->fusion;
+	}
 	argv[argc] = NULL;
 	if (pf->saved_args == 0) {
 		/* A fresh pod: remember its shape for restarts. */

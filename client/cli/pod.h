@@ -18,6 +18,7 @@ struct up_options {
 	const char *heartbeat_timeout_ms;
 	const char *combine_threshold; /* the coordinator's passes */
 	const char *scheduler;
+	const char *fusion;
 	int tls; /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
 };
 

@@ -291,9 +291,9 @@ static double train(pe_client *c, int steps, int barriers, int64_t *peak_out)
 		worst = err > worst ? err : worst;
 		peak = plan.peak_bytes > peak ? plan.peak_bytes : peak;
 		printf("%s step %2d: loss %.6f (host %.6f)  peak HBM per core %lld bytes "
-		       "(%d collectives combined)\n",
+		       "(%d collectives combined, %d nodes fused)\n",
 		       barriers ? "barriers   " : "no barriers", s + 1, got, want,
-		       (long long)plan.peak_bytes, plan.combined_collectives);
+		       (long long)plan.peak_bytes, plan.combined_collectives, plan.fused_nodes);
 	}
 	*peak_out = peak;
 	pe_release(xt);

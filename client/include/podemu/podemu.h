@@ -257,6 +257,7 @@ typedef struct pe_step_plan {
 	char oom_message[1024];   /* XLA's "Ran out of memory in memory space hbm..." when not */
 	int combined_collectives; /* collectives the coordinator merged into an earlier one */
 	int delayed_nodes;        /* computations its memory-aware scheduler ran later */
+	int fused_nodes;          /* elementwise nodes fused into a later one: no HBM buffer */
 } pe_step_plan;
 
 /*

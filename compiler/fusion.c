@@ -1,0 +1,122 @@
+#include "fusion.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool fusion_elementwise(enum opcode op)
+{
+	switch (op) {
+	case OP_ADD:
+	case OP_SUBTRACT:
+	case OP_MULTIPLY:
+	case OP_DIVIDE:
+	case OP_MAXIMUM:
+	case OP_MINIMUM:
+	case OP_AND:
+	case OP_OR:
+	case OP_NOT:
+	case OP_NEGATE:
+	case OP_ABS:
+	case OP_EXPONENTIAL:
+	case OP_LOG:
+	case OP_TANH:
+	case OP_SQRT:
+	case OP_RSQRT:
+	case OP_COMPARE:
+	case OP_SELECT:
+	case OP_CONVERT:
+	case OP_CONSTANT:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* A fusion's root computes the chain; a constant only feeds one. */
+static bool can_be_root(enum opcode op)
+{
+	return fusion_elementwise(op) && op != OP_CONSTANT;
+}
+
+int fusion_plan(const Podemu__Graph *g, const struct shape *shapes, int *fused_into,
+                struct arena *a)
+{
+	int n = (int)g->n_nodes;
+	int *consumer = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* -1 none, -2 several */
+	int *segment = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *size = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* nodes in the fusion of a root */
+	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
+	if (!consumer || !segment || !size || !ops)
+		return -1;
+	for (int i = 0, seg = 0; i < n; i++) {
+		ops[i] = opcode_parse(g->nodes[i]->opcode);
+		segment[i] = seg;
+		seg += ops[i] == OP_OPT_BARRIER;
+		consumer[i] = -1;
+		fused_into[i] = -1;
+		size[i] = 1;
+	}
+	for (int i = 0; i < n; i++)
+		for (size_t k = 0; k < g->nodes[i]->n_operands; k++) {
+			int p = g->nodes[i]->operands[k];
+			consumer[p] = consumer[p] == -1 || consumer[p] == i ? i : -2;
+		}
+	for (size_t k = 0; k < g->n_outputs; k++)
+		consumer[g->outputs[k]] = -2; /* held by the client: it needs its own buffer */
+	int fused = 0;
+	/* From the last node back, so a consumer knows its own root first. */
+	for (int i = n - 1; i >= 0; i--) {
+		int c = consumer[i];
+		if (c < 0 || !fusion_elementwise(ops[i]) || !can_be_root(ops[c]) ||
+		    segment[c] != segment[i] ||
+		    shape_elements(&shapes[i]) != shape_elements(&shapes[c]))
+			continue;
+		int root = fused_into[c] >= 0 ? fused_into[c] : c;
+		if (size[root] >= FUSION_MAX_NODES)
+			continue;
+		fused_into[i] = root;
+		size[root]++;
+		fused++;
+	}
+	return fused;
+}
+
+int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum opcode *ops,
+                 const int32_t *fused_into, size_t n_fused_into, struct status *st)
+{
+	size_t n = g->n_nodes;
+	if (n_fused_into == 0)
+		return ST_OK;
+	if (n_fused_into != n)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "program has %zu fusion entries for %zu nodes", n_fused_into, n);
+	int *members = calloc(n + 1, sizeof(int));
+	if (members == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv = ST_OK;
+	for (size_t i = 0; i < n && rv == ST_OK; i++) {
+		int r = fused_into[i];
+		if (r != -1 && (r <= (int)i || (size_t)r >= n || fused_into[r] != -1 ||
+		                !fusion_elementwise(ops[i]) || !can_be_root(ops[r]) ||
+		                shape_elements(&shapes[i]) != shape_elements(&shapes[r])))
+			rv = status_set(st, ST_INVALID_ARGUMENT,
+			                "node %zu (%s) cannot be fused into node %d", i,
+			                opcode_name(ops[i]), r);
+		else if (r != -1 && ++members[r] >= FUSION_MAX_NODES)
+			rv = status_set(st, ST_INVALID_ARGUMENT,
+			                "the fusion rooted at node %d has more than %d nodes", r,
+			                FUSION_MAX_NODES);
+		/* A fused value has no buffer: only its own fusion may read it. */
+		int own = r == -1 ? (int)i : r;
+		for (size_t k = 0; rv == ST_OK && k < g->nodes[i]->n_operands; k++) {
+			int p = g->nodes[i]->operands[k];
+			if (fused_into[p] != -1 && fused_into[p] != own)
+				rv = status_set(
+				    st, ST_INVALID_ARGUMENT,
+				    "node %zu reads node %d, which is fused into node %d", i, p,
+				    fused_into[p]);
+		}
+	}
+	free(members);
+	return rv;
+}

@@ -1,0 +1,42 @@
+/*
+ * Elementwise fusion, as XLA's loop fusion does it: a chain of elementwise ops is one kernel
+ * that reads its inputs from HBM and writes only the last result; the values in between never
+ * get an HBM buffer (on a TPU they live in vector registers and VMEM). A node is fused into its
+ * consumer when it is elementwise (or a constant), that consumer is its only one, is
+ * elementwise too and has as many elements, no opt-barrier lies between them, and the client
+ * does not hold the node's value. Agents run a fusion tile by tile in host scratch.
+ */
+#ifndef PODEMU_FUSION_H
+#define PODEMU_FUSION_H
+
+#include <stdbool.h>
+
+#include "arena.h"
+#include "dtype.h"
+#include "graph.h"
+#include "podemu.pb-c.h"
+#include "status.h"
+
+/* Nodes of one fusion at most (the root included). */
+#define FUSION_MAX_NODES 32
+
+/* True for the ops a fusion may contain: elementwise arithmetic, logic, compare, select,
+ * convert; constant only as a producer. */
+bool fusion_elementwise(enum opcode op);
+
+/*
+ * Decides the fusions of g (already checked and scheduled; shapes[i] is node i's shape):
+ * fused_into[i] is the node that computes node i inside its own kernel (the fusion's root,
+ * always a later node), or -1. Returns the number of fused nodes, or -1 when out of memory.
+ */
+int fusion_plan(const Podemu__Graph *g, const struct shape *shapes, int *fused_into,
+                struct arena *a);
+
+/*
+ * Checks fused_into as an agent receives it: every fused node is elementwise and fused into a
+ * later elementwise root with as many elements, and no fusion has more than FUSION_MAX_NODES.
+ */
+int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum opcode *ops,
+                 const int32_t *fused_into, size_t n_fused_into, struct status *st);
+
+#endif
