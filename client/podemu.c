@@ -1109,6 +1109,7 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 		out->combined_collectives = rep->combined_collectives;
 		out->delayed_nodes = rep->delayed_nodes;
 		out->fused_nodes = rep->fused_nodes;
+		out->program_cache_hit = rep->program_cache_hit;
 		snprintf(out->oom_message, sizeof(out->oom_message), "%s",
 		         rep->oom_message ? rep->oom_message : "");
 	}

@@ -276,6 +276,7 @@ int main(int argc, char **argv)
 	event_base_free(ls.base);
 	rpc_server_stop(server);
 	registry_destroy(&co.reg);
+	cache_free(&co.cache);
 	log_info("stopped");
 	return 0;
 }

@@ -142,3 +142,36 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			out->buffers[temps[t].node]->offset = temps[t].offset;
 	return ST_OK;
 }
+
+int plan_rebind(struct plan *out, struct arena *a, const struct plan *cached,
+                const Podemu__Graph *g, const uint64_t *output_handles, struct status *st)
+{
+	int n = (int)g->n_nodes;
+	*out = *cached;
+	out->buffers = arena_calloc(a, (size_t)n + 1, sizeof(*out->buffers));
+	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *output_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (out->buffers == NULL || root == NULL || output_of == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0; i < n; i++) {
+		const Podemu__Node *node = g->nodes[i];
+		root[i] = i;
+		if (opcode_parse(node->opcode) == OP_GET_TUPLE_ELEMENT)
+			root[i] = root[g->nodes[node->operands[0]]->operands[node->tuple_index]];
+		output_of[i] = -1;
+	}
+	for (size_t k = 0; k < g->n_outputs; k++)
+		output_of[root[g->outputs[k]]] = (int)k;
+	for (int i = 0; i < n; i++) {
+		Podemu__BufferAssignment *b = arena_alloc(a, sizeof(*b));
+		if (b == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		*b = *cached->buffers[i];
+		if (b->kind == PODEMU__BUFFER_KIND__BUFFER_PARAMETER)
+			b->handle = g->nodes[i]->handle;
+		else if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT && output_of[i] >= 0)
+			b->handle = output_handles[output_of[i]];
+		out->buffers[i] = b;
+	}
+	return ST_OK;
+}

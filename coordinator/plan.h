@@ -33,4 +33,11 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
               const uint64_t *output_handles, const int64_t *scratch, const int *fused_into,
               struct status *st);
 
+/*
+ * The plan cached for a graph of the same shape, bound to this step's buffers: parameters get
+ * the handles g's nodes carry, outputs output_handles in g's output order.
+ */
+int plan_rebind(struct plan *out, struct arena *a, const struct plan *cached,
+                const Podemu__Graph *g, const uint64_t *output_handles, struct status *st);
+
 #endif

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "cache.h"
 #include "fanout.h"
 #include "fusion.h"
 #include "graph.h"
@@ -549,6 +550,92 @@ static int fan_call_watched(struct coordinator *co, struct rpc_client **clients,
 	return ST_OK;
 }
 
+/* Per node: the scratch bytes a collective needs while it runs (0 for other nodes). */
+static int64_t *node_scratch(const struct coordinator *co, struct arena *a, const Podemu__Graph *g,
+                             const struct shape *shapes)
+{
+	int64_t *scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
+	for (size_t i = 0; scratch != NULL && i < g->n_nodes; i++)
+		if (opcode_is_collective(opcode_parse(g->nodes[i]->opcode)))
+			scratch[i] = lower_scratch_bytes(
+			    g->nodes[i], &shapes[g->nodes[i]->operands[0]], co->chunk_bytes);
+	return scratch;
+}
+
+/*
+ * The coordinator's passes and buffer plan for a checked graph *g (shapes its node shapes):
+ * from the program cache when the same graph was compiled before, else scheduling, fusion and
+ * planning, then cached. *g and shapes become the scheduled graph and its shapes; out's arrays
+ * are from a.
+ */
+static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph **g,
+                        struct shape *shapes, const uint64_t *out_handles, struct compiled *out,
+                        int64_t **scratch, Podemu__StepReply *rep, struct status *st)
+{
+	uint8_t *key;
+	size_t key_len;
+	uint64_t hash;
+	if (cache_key(*g, a, &key, &key_len, &hash) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	const struct compiled *hit = cache_find(&co->cache, key, key_len, hash);
+	int n = (int)(*g)->n_nodes, rv;
+	memset(out, 0, sizeof(*out));
+	out->n = n;
+	if (hit != NULL) {
+		*out = *hit;
+		rep->program_cache_hit = true;
+		if (hit->order != NULL) {
+			struct schedule sched = {.n = n, .order = hit->order};
+			if ((*g = schedule_apply(*g, &sched, shapes, a)) == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			out->order =
+			    (*g)->n_nodes ? arena_calloc(a, (size_t)n + 1, sizeof(int)) : NULL;
+			if (out->order == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			memcpy(out->order, hit->order, (size_t)n * sizeof(int));
+		}
+		if (hit->fused_into != NULL) {
+			if ((out->fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int))) == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			memcpy(out->fused_into, hit->fused_into, (size_t)n * sizeof(int));
+		}
+		if ((rv = plan_rebind(&out->plan, a, &hit->plan, *g, out_handles, st)) != ST_OK)
+			return rv;
+		if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	} else {
+		/* Combining and memory-aware scheduling, then fusion, then buffers. */
+		struct schedule sched;
+		if ((rv = schedule_step(&sched, *g, shapes, &co->schedule, a, st)) != ST_OK)
+			return rv;
+		if (!schedule_is_identity(&sched)) {
+			if ((*g = schedule_apply(*g, &sched, shapes, a)) == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			out->order = sched.order;
+		}
+		out->n_combined = sched.n_combined;
+		out->n_delayed = sched.n_delayed;
+		if (co->fusion) {
+			out->fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
+			if (out->fused_into == NULL ||
+			    (out->n_fused = fusion_plan(*g, shapes, out->fused_into, a)) < 0)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			if (out->n_fused == 0)
+				out->fused_into = NULL;
+		}
+		if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		if ((rv = plan_step(&out->plan, a, *g, shapes, out_handles, *scratch,
+		                    out->fused_into, st)) != ST_OK)
+			return rv;
+		cache_store(&co->cache, key, key_len, hash, out);
+	}
+	rep->combined_collectives = out->n_combined;
+	rep->delayed_nodes = out->n_delayed;
+	rep->fused_nodes = out->n_fused;
+	return ST_OK;
+}
+
 /*
  * Checks, plans and runs one step on every host: PrepareStep everywhere (all or nothing), then
  * RunStep everywhere. *ran tells whether agents got to run it (they then released
@@ -608,33 +695,14 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	if (rv != ST_OK)
 		return rv;
 
-	/* Combining and memory-aware scheduling; node indices below are the scheduled ones. */
-	struct schedule sched;
-	if ((rv = schedule_step(&sched, g, shapes, &co->schedule, a, st)) != ST_OK)
+	/* Node indices below are the scheduled ones. */
+	struct compiled prog_c;
+	int64_t *scratch;
+	if ((rv = compile_step(co, a, &g, shapes, out_handles, &prog_c, &scratch, rep, st)) !=
+	    ST_OK)
 		return rv;
-	bool reordered = !schedule_is_identity(&sched);
-	if (reordered && (g = schedule_apply(g, &sched, shapes, a)) == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	rep->combined_collectives = sched.n_combined;
-	rep->delayed_nodes = sched.n_delayed;
-	int *fused_into = NULL;
-	if (co->fusion) {
-		fused_into = arena_calloc(a, g->n_nodes + 1, sizeof(int));
-		if (fused_into == NULL ||
-		    (rep->fused_nodes = fusion_plan(g, shapes, fused_into, a)) < 0)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	}
-
-	int64_t *scratch = arena_calloc(a, g->n_nodes, sizeof(int64_t));
-	if (scratch == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t i = 0; i < g->n_nodes; i++)
-		if (opcode_is_collective(opcode_parse(g->nodes[i]->opcode)))
-			scratch[i] = lower_scratch_bytes(
-			    g->nodes[i], &shapes[g->nodes[i]->operands[0]], co->chunk_bytes);
-	struct plan plan;
-	if ((rv = plan_step(&plan, a, g, shapes, out_handles, scratch, fused_into, st)) != ST_OK)
-		return rv;
+	int *fused_into = prog_c.fused_into;
+	struct plan plan = prog_c.plan;
 	if (req->compile_only) {
 		/* "Would this fit?": the plan's figures, and XLA's text when it does not. */
 		struct status oom;
@@ -659,11 +727,11 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	podemu__program__init(prog);
 	prog->window = co->window;
 	prog->step_id = step_id;
-	if (reordered) {
-		prog->source_nodes = sched.order;
-		prog->n_source_nodes = (size_t)sched.n;
+	if (prog_c.order != NULL) {
+		prog->source_nodes = prog_c.order;
+		prog->n_source_nodes = (size_t)prog_c.n;
 	}
-	if (rep->fused_nodes > 0) {
+	if (fused_into != NULL) {
 		prog->fused_into = fused_into;
 		prog->n_fused_into = g->n_nodes;
 	}
@@ -760,7 +828,7 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	if (recorded_scratch == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (size_t i = 0; i < g->n_nodes; i++)
-		recorded_scratch[sched.order[i]] = scratch[i];
+		recorded_scratch[prog_c.order ? prog_c.order[i] : (int)i] = scratch[i];
 	rep->node_scratch_bytes = recorded_scratch;
 	rep->n_node_scratch_bytes = g->n_nodes;
 	pthread_mutex_lock(&co->reg.lock);

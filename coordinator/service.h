@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache.h"
 #include "registry.h"
 #include "rpc.h"
 #include "schedule.h"
@@ -22,6 +23,7 @@ struct coordinator {
 	const char *collective_algorithm; /* forced algorithm, or NULL to choose */
 	struct schedule_options schedule; /* combining and memory-aware scheduling */
 	bool fusion;                      /* elementwise fusion */
+	struct program_cache cache;       /* compiled programs, under step_lock */
 };
 
 /* Handlers indexed by enum coordinator_method, with a struct coordinator as state. */

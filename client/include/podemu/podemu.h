@@ -258,6 +258,7 @@ typedef struct pe_step_plan {
 	int combined_collectives; /* collectives the coordinator merged into an earlier one */
 	int delayed_nodes;        /* computations its memory-aware scheduler ran later */
 	int fused_nodes;          /* elementwise nodes fused into a later one: no HBM buffer */
+	int program_cache_hit;    /* the same graph was compiled before and its program reused */
 } pe_step_plan;
 
 /*
