@@ -38,38 +38,33 @@ static bool can_be_root(enum opcode op)
 	return fusion_elementwise(op) && op != OP_CONSTANT;
 }
 
-int fusion_plan(const Podemu__Graph *g, const struct shape *shapes, int *fused_into,
-                struct arena *a)
+int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena *a)
 {
-	int n = (int)g->n_nodes;
+	int n = p->n;
 	int *consumer = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* -1 none, -2 several */
 	int *segment = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *size = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* nodes in the fusion of a root */
-	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
-	if (!consumer || !segment || !size || !ops)
+	if (!consumer || !segment || !size)
 		return -1;
 	for (int i = 0, seg = 0; i < n; i++) {
-		ops[i] = opcode_parse(g->nodes[i]->opcode);
 		segment[i] = seg;
-		seg += ops[i] == OP_OPT_BARRIER;
+		seg += p->ops[i] == OP_OPT_BARRIER;
 		consumer[i] = -1;
 		fused_into[i] = -1;
 		size[i] = 1;
 	}
 	for (int i = 0; i < n; i++)
-		for (size_t k = 0; k < g->nodes[i]->n_operands; k++) {
-			int p = g->nodes[i]->operands[k];
-			consumer[p] = consumer[p] == -1 || consumer[p] == i ? i : -2;
+		for (int k = p->first[i]; k < p->first[i + 1]; k++) {
+			int o = p->operands[k];
+			consumer[o] = consumer[o] == -1 || consumer[o] == i ? i : -2;
 		}
-	for (size_t k = 0; k < g->n_outputs; k++)
-		consumer[g->outputs[k]] = -2; /* held by the client: it needs its own buffer */
 	int fused = 0;
 	/* From the last node back, so a consumer knows its own root first. */
 	for (int i = n - 1; i >= 0; i--) {
 		int c = consumer[i];
-		if (c < 0 || !fusion_elementwise(ops[i]) || !can_be_root(ops[c]) ||
-		    segment[c] != segment[i] ||
-		    shape_elements(&shapes[i]) != shape_elements(&shapes[c]))
+		if (c < 0 || p->held[i] || !fusion_elementwise(p->ops[i]) ||
+		    !can_be_root(p->ops[c]) || segment[c] != segment[i] || p->elements[i] < 0 ||
+		    p->elements[i] != p->elements[c])
 			continue;
 		int root = fused_into[c] >= 0 ? fused_into[c] : c;
 		if (size[root] >= FUSION_MAX_NODES)
@@ -79,6 +74,35 @@ int fusion_plan(const Podemu__Graph *g, const struct shape *shapes, int *fused_i
 		fused++;
 	}
 	return fused;
+}
+
+int fusion_plan(const Podemu__Graph *g, const struct shape *shapes, int *fused_into,
+                struct arena *a)
+{
+	int n = (int)g->n_nodes;
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += g->nodes[i]->n_operands;
+	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
+	int64_t *elements = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
+	int *operands = arena_calloc(a, total + 1, sizeof(int));
+	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
+	if (!ops || !elements || !first || !operands || !held)
+		return -1;
+	int at = 0;
+	for (int i = 0; i < n; i++) {
+		ops[i] = opcode_parse(g->nodes[i]->opcode);
+		elements[i] = shapes[i].tuple ? -1 : shape_elements(&shapes[i]);
+		first[i] = at;
+		for (size_t k = 0; k < g->nodes[i]->n_operands; k++)
+			operands[at++] = g->nodes[i]->operands[k];
+	}
+	first[n] = at;
+	for (size_t k = 0; k < g->n_outputs; k++)
+		held[g->outputs[k]] = true; /* the client needs its own buffer */
+	struct fusion_program p = {n, ops, elements, first, operands, held};
+	return fusion_decide(&p, fused_into, a);
 }
 
 int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum opcode *ops,

@@ -24,6 +24,19 @@
  * convert; constant only as a producer. */
 bool fusion_elementwise(enum opcode op);
 
+/* A program as fusion sees it: n nodes in program order. */
+struct fusion_program {
+	int n;
+	const enum opcode *ops;  /* OP_INVALID for what podemu does not know */
+	const int64_t *elements; /* per node; -1 for a tuple */
+	const int *first;        /* operands of node i: operands[first[i] .. first[i + 1]) */
+	const int *operands;
+	const bool *held; /* values that must have a buffer of their own (outputs) */
+};
+
+/* fused_into as below for any program; the number of fused nodes, or -1 out of memory. */
+int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena *a);
+
 /*
  * Decides the fusions of g (already checked and scheduled; shapes[i] is node i's shape):
  * fused_into[i] is the node that computes node i inside its own kernel (the fusion's root,

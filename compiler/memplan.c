@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "collective.h"
+#include "fusion.h"
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
 #define TILE_MINOR 128
@@ -277,6 +278,46 @@ static int by_size(const void *x, const void *y, void *arg)
 	return a < b ? 1 : a > b ? -1 : *(const int *)x - *(const int *)y;
 }
 
+/*
+ * Elementwise fusion of the entry computation (compiler/fusion.c's rule): fused_into[i] is the
+ * instruction whose kernel computes instruction i, or -1. Returns the number fused.
+ */
+static int fuse(const struct hlo_computation *c, bool on, int *fused_into, struct arena *a)
+{
+	int n = c->n_instructions;
+	for (int i = 0; i < n; i++)
+		fused_into[i] = -1;
+	if (!on)
+		return 0;
+	int total = 0;
+	for (int i = 0; i < n; i++)
+		total += c->instructions[i]->n_operands;
+	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
+	int64_t *elements = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
+	int *operands = arena_calloc(a, (size_t)total + 1, sizeof(int));
+	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
+	if (!ops || !elements || !first || !operands || !held)
+		return -1;
+	int at = 0;
+	for (int i = 0; i < n; i++) {
+		const struct hlo_instruction *in = c->instructions[i];
+		ops[i] = is(in, "optimization-barrier") ? OP_OPT_BARRIER : opcode_parse(in->opcode);
+		elements[i] = in->shape.type == HT_TUPLE ? -1 : hlo_shape_elements(&in->shape);
+		first[i] = at;
+		for (int k = 0; k < in->n_operands; k++)
+			operands[at++] = in->operands[k]->index;
+	}
+	first[n] = at;
+	/* The root's values are outputs. */
+	held[c->root->index] = true;
+	if (c->root->shape.type == HT_TUPLE && is(c->root, "tuple"))
+		for (int k = 0; k < c->root->n_operands; k++)
+			held[c->root->operands[k]->index] = true;
+	struct fusion_program p = {n, ops, elements, first, operands, held};
+	return fusion_decide(&p, fused_into, a);
+}
+
 int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
                   const struct memplan_options *o, struct arena *a, struct status *st)
 {
@@ -297,6 +338,9 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	out->combine_threshold_bytes = opts.combine_threshold_bytes;
 	out->n_combined = combine(c, opts.combine_threshold_bytes, at);
+	int *fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (fused_into == NULL || (out->n_fused = fuse(c, !opts.no_fusion, fused_into, a)) < 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	struct refs *refs = arena_calloc(a, (size_t)n, sizeof(*refs));
 	int64_t *scratch = arena_calloc(a, (size_t)n, sizeof(int64_t));
 	if (refs == NULL || scratch == NULL)
@@ -312,7 +356,9 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	for (int i = 0; i < n; i++) {
 		const struct hlo_instruction *in = c->instructions[i];
 		struct refs *r = &refs[i];
-		if (in->parameter_number >= 0) {
+		if (fused_into[i] >= 0) {
+			/* Computed inside the kernel of a later instruction: no buffer. */
+		} else if (in->parameter_number >= 0) {
 			if (define(&b, in, BUF_ARGUMENT, 0, r) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		} else if (is_any(in, aliasing)) {
@@ -376,13 +422,16 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 			if (define(&b, in, BUF_TEMP, at[i], r) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		}
-		/* Operands stay live up to their last use (a merged collective's is where it runs).
+		/*
+		 * Operands stay live up to their last use (a merged collective's is where it runs,
+		 * a fused instruction's where its fusion's root runs).
 		 */
+		int use = fused_into[i] >= 0 ? at[fused_into[i]] : at[i];
 		for (int j = 0; j < in->n_operands; j++) {
 			const struct refs *from = &refs[in->operands[j]->index];
 			for (int k = 0; k < from->n; k++)
-				if (out->buffers[from->ids[k]].last < at[i])
-					out->buffers[from->ids[k]].last = at[i];
+				if (out->buffers[from->ids[k]].last < use)
+					out->buffers[from->ids[k]].last = use;
 		}
 		if (is_any(in, collectives)) {
 			int size = group_size(in, out->world_size, &groups, st);
@@ -504,6 +553,11 @@ static void print_largest(FILE *f, const struct memplan *p, int max)
 static void print_strategy(FILE *f, const struct memplan *p)
 {
 	char threshold[32];
+	if (p->n_fused > 0)
+		fprintf(f,
+		        "fused %d elementwise instructions into the kernels of later ones: they "
+		        "take no HBM (--fusion none keeps them)\n\n",
+		        p->n_fused);
 	if (p->n_combined > 0)
 		fprintf(
 		    f,

@@ -59,6 +59,7 @@ struct memplan_options {
 	 * collective runs, and its output is live, from the first one's place on.
 	 */
 	int64_t combine_threshold_bytes;
+	bool no_fusion; /* keep every elementwise intermediate in HBM (--fusion none) */
 };
 
 struct memplan {
@@ -81,6 +82,7 @@ struct memplan {
 	bool no_alias;
 	int n_rewritten; /* all-gathers carried out through an all-reduce */
 	int n_combined;  /* collectives merged into an earlier one */
+	int n_fused;     /* elementwise instructions fused into a later one: no buffer */
 	int64_t combine_threshold_bytes;
 	bool fits;
 };

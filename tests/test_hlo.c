@@ -150,6 +150,8 @@ static void test_layout_bytes(void **state)
 	assert_int_equal(layout_bytes(&p[6]->shape, true), 4);
 }
 
+static bool no_fusion; /* plan() with --fusion none */
+
 static int plan(const char *text, const char *topology, struct memplan *p)
 {
 	struct hlo_module m;
@@ -159,7 +161,7 @@ static int plan(const char *text, const char *topology, struct memplan *p)
 	int rv = parse(text, &m, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
-	struct memplan_options o = {.tiled = true};
+	struct memplan_options o = {.tiled = true, .no_fusion = no_fusion};
 	rv = memplan_build(p, &m, &topo, &o, a, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
@@ -232,7 +234,22 @@ static void test_plan_liveness(void **state)
 	     "  s = f32[8388608] add(a, b)\n"
 	     "  ROOT r = f32[8388608] negate(s)\n}\n",
 	     "v3-8", &p);
-	/* At s: x, a, b and s (4 + 32 x 3 MiB); at r only x, s and r. */
+	/* s is fused into r: at r, x, a, b and r (4 + 32 x 3 MiB); s takes no HBM. */
+	assert_int_equal(p.n_fused, 1);
+	assert_int_equal(p.peak_bytes, 4 * MiB + 3 * 32 * MiB);
+	assert_string_equal(p.peak_name, "r");
+	assert_int_equal(p.temp_bytes, 2 * 32 * MiB);
+	/* --fusion none: at s, x, a, b and s; at r only x, s and r. */
+	no_fusion = true;
+	plan("HloModule two\nENTRY main {\n"
+	     "  x = f32[1048576] parameter(0)\n"
+	     "  a = f32[8388608] all-gather(x), dimensions={0}\n"
+	     "  b = f32[8388608] all-gather(x), dimensions={0}\n"
+	     "  s = f32[8388608] add(a, b)\n"
+	     "  ROOT r = f32[8388608] negate(s)\n}\n",
+	     "v3-8", &p);
+	no_fusion = false;
+	assert_int_equal(p.n_fused, 0);
 	assert_int_equal(p.peak_bytes, 4 * MiB + 3 * 32 * MiB);
 	assert_string_equal(p.peak_name, "s");
 	assert_int_equal(p.temp_bytes, 3 * 32 * MiB);
@@ -301,7 +318,8 @@ static void test_plan_out_of_memory(void **state)
 	plan("HloModule big\nENTRY main {\n"
 	     "  p = f32[12582912,1]{1,0} parameter(0)\n"
 	     "  n = f32[12582912,1]{1,0} negate(p)\n"
-	     "  ROOT m = f32[12582912,1]{1,0} multiply(n, p)\n}\n",
+	     "  m = f32[12582912,1]{1,0} multiply(n, p)\n"
+	     "  ROOT t = (f32[12582912,1]{1,0}, f32[12582912,1]{1,0}) tuple(m, n)\n}\n",
 	     "v3-8", &p);
 	assert_false(p.fits);
 	assert_int_equal(p.peak_bytes, 18 * GiB);

@@ -17,6 +17,7 @@ struct compile_options {
 	int all_gather;      /* enum ag_strategy */
 	bool no_alias;
 	int64_t combine_threshold_bytes;
+	bool no_fusion;
 	const char *svg; /* also draw the plan here (podemu mem) */
 };
 

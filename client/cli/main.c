@@ -53,6 +53,7 @@ static void usage(FILE *f)
 	    "          [--json] [--layout tpu|none] [--chunk-bytes SIZE] [--no-alias]\n"
 	    "          [--all-gather-strategy native|via-all-reduce|decomposed]\n"
 	    "          [--combine-threshold-bytes SIZE (default 30M; 0: no combining)]\n"
+	    "          [--fusion elementwise|none (default elementwise)]\n"
 	    "  run FILE.hlo  the entry computation as a step on the running pod: parameters\n"
 	    "          filled with --fill V (default 0) or from --param-dir DIR\n"
 	    "          (DIR/param<N>.core<R>.bin); prints each output per core and the peak\n"
@@ -598,6 +599,11 @@ static int cmd_compile_file(const struct cli *o)
 		fprintf(stderr, "podemu compile: --combine-threshold-bytes: %s\n", st.message);
 		return 2;
 	}
+	if (o->up.fusion && strcmp(o->up.fusion, "none") != 0 &&
+	    strcmp(o->up.fusion, "elementwise") != 0) {
+		fprintf(stderr, "podemu compile: --fusion must be elementwise or none\n");
+		return 2;
+	}
 	int strategy = ag_strategy_parse(o->ag_strategy ? o->ag_strategy : "native");
 	if (strategy < 0) {
 		fprintf(stderr, "podemu compile: --all-gather-strategy must be native, "
@@ -614,6 +620,7 @@ static int cmd_compile_file(const struct cli *o)
 	                             .all_gather = strategy,
 	                             .no_alias = o->no_alias,
 	                             .combine_threshold_bytes = combine,
+	                             .no_fusion = o->up.fusion && strcmp(o->up.fusion, "none") == 0,
 	                             .svg = o->svg};
 	return cmd_compile(&co, &topo);
 }
