@@ -279,6 +279,7 @@ static const char *balanced(struct reader *r)
 		}
 		if (c == '"') {
 			quoted = true;
+			continue; /* a string at the top level ends at its closing quote */
 		} else if (c == '(' || c == '[' || c == '{') {
 			if (depth == (int)sizeof(stack)) {
 				fail(r, r->p - 1, "brackets nested deeper than %d",

@@ -269,6 +269,13 @@ r = json.load(sys.stdin)
 assert r["planned_peak_bytes"] == 2 * 256, r      # parameter and result, 256-byte aligned
 for c in r["cores"]:
     assert c["peak_bytes_in_use"] == r["planned_peak_bytes"], c' || fail "run --backing none"
+# A tuple-shaped op without a kernel (a custom-call): every element planned and accounted.
+pe run "$hlo/tuple-op.hlo" --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["planned_peak_bytes"] == 1024 + 1024 + 4096 + 1024, r   # p, a, b and r at once
+for c in r["cores"]:
+    assert c["peak_bytes_in_use"] == r["planned_peak_bytes"], c' || fail "run tuple-op.hlo"
 pe down >/dev/null
 
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.

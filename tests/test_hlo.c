@@ -51,6 +51,8 @@ static const char *full_module =
     "  %t = (f32[64,128], f32[8,128]{1,0}) tuple(ag, Arg_0.1)\n"
     "  gte = f32[64,128] get-tuple-element(%t), index=0\n"
     "  %c = f32[] constant(0)\n"
+    "  %cc = f32[] custom-call(%c), custom_call_target=\"Sharding, a\", "
+    "backend_config=\"{\\\"x\\\": 1}\"\n"
     "  ROOT %r = f32[] reduce(gte, %c), dimensions={0,1}, to_apply=%region_0.4 /* sum */\n"
     "}\n";
 
@@ -63,7 +65,7 @@ static void test_parse_module(void **state)
 	assert_int_equal(m.n_computations, 2);
 	assert_string_equal(m.entry->name, "main.12");
 	const struct hlo_computation *c = m.entry;
-	assert_int_equal(c->n_instructions, 6);
+	assert_int_equal(c->n_instructions, 7);
 	assert_int_equal(c->n_parameters, 1);
 	assert_string_equal(c->root->name, "r");
 	const struct hlo_instruction *ag = c->instructions[1];
@@ -83,6 +85,9 @@ static void test_parse_module(void **state)
 	char buf[128];
 	assert_string_equal(hlo_shape_format(buf, sizeof(buf), &t->shape),
 	                    "(f32[64,128], f32[8,128])");
+	/* Quoted attribute values (with commas and escaped quotes) are skipped whole. */
+	assert_string_equal(c->instructions[5]->opcode, "custom-call");
+	assert_int_equal(c->instructions[5]->n_operands, 1);
 }
 
 static void expect_error(const char *text, const char *where, const char *what)

@@ -391,20 +391,48 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		v->t = pe_collective_permute(arg(r, in, 0), pairs, n);
 		free(pairs);
 	} else {
-		/* Planned and accounted; refused by a pod with real bytes. */
-		if (s->type == HT_TUPLE)
-			return unimplemented(r, in, "a tuple-shaped op without a kernel");
+		/*
+		 * Planned and accounted; refused by a pod with real bytes. A tuple-shaped op is
+		 * one opaque node per element, which get-tuple-element then picks.
+		 */
 		for (int k = 0; k < in->n_operands; k++)
 			if (arg(r, in, k) == NULL)
 				return unimplemented(r, in, "an op without a kernel on a tuple");
-		char name[160];
-		snprintf(name, sizeof(name), "%s (%s, line %d)", in->opcode, in->name, in->line);
+		int parts = s->type == HT_TUPLE ? s->n_tuple : 1;
 		pe_tensor **ops = calloc((size_t)in->n_operands + 1, sizeof(*ops));
-		for (int k = 0; ops != NULL && k < in->n_operands; k++)
+		if (ops == NULL ||
+		    (s->type == HT_TUPLE &&
+		     (v->elems = calloc((size_t)parts + 1, sizeof(*v->elems))) == NULL)) {
+			free(ops);
+			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		}
+		for (int k = 0; k < in->n_operands; k++)
 			ops[k] = arg(r, in, k);
-		v->t = ops ? pe_opaque(r->c, name, dtype, s->dims, s->rank, ops, in->n_operands)
-		           : NULL;
+		for (int e = 0; e < parts; e++) {
+			const struct hlo_shape *es = s->type == HT_TUPLE ? &s->tuple[e] : s;
+			int et = es->type == HT_TUPLE ? -1 : pe_type(es->type);
+			if (et < 0) {
+				free(ops);
+				return unimplemented(r, in, "a tuple element has no podemu type");
+			}
+			char name[160];
+			snprintf(name, sizeof(name), "%s (%s, line %d)", in->opcode, in->name,
+			         in->line);
+			pe_tensor *t =
+			    pe_opaque(r->c, name, et, es->dims, es->rank, ops, in->n_operands);
+			if (s->type != HT_TUPLE) {
+				v->t = t;
+			} else if (t != NULL) {
+				v->elems[v->n++] = t;
+			} else {
+				free(ops);
+				return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s",
+				                  in->line, in->name, pe_last_error(r->c));
+			}
+		}
 		free(ops);
+		if (s->type == HT_TUPLE)
+			return ST_OK;
 	}
 	if (v->t == NULL)
 		return status_set(&r->st,
