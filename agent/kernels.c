@@ -426,8 +426,8 @@ static void select_op(const struct kernel_call *k)
 	int64_t n = shape_elements(k->out_shape);
 	const uint8_t *p = k->in[0];
 	for (int64_t i = 0; i < n; i++)
-		memcpy((unsigned char *)k->out + (size_t)i * es,
-		       (const unsigned char *)k->in[p[i] ? 1 : 2] + (size_t)i * es, es);
+		memmove((unsigned char *)k->out + (size_t)i * es, /* in place: the same bytes */
+		        (const unsigned char *)k->in[p[i] ? 1 : 2] + (size_t)i * es, es);
 }
 
 /*

@@ -32,8 +32,7 @@ bool fusion_elementwise(enum opcode op)
 	}
 }
 
-/* A fusion's root computes the chain; a constant only feeds one. */
-static bool can_be_root(enum opcode op)
+bool fusion_root_op(enum opcode op)
 {
 	return fusion_elementwise(op) && op != OP_CONSTANT;
 }
@@ -63,7 +62,7 @@ int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena 
 	for (int i = n - 1; i >= 0; i--) {
 		int c = consumer[i];
 		if (c < 0 || p->held[i] || !fusion_elementwise(p->ops[i]) ||
-		    !can_be_root(p->ops[c]) || segment[c] != segment[i] || p->elements[i] < 0 ||
+		    !fusion_root_op(p->ops[c]) || segment[c] != segment[i] || p->elements[i] < 0 ||
 		    p->elements[i] != p->elements[c])
 			continue;
 		int root = fused_into[c] >= 0 ? fused_into[c] : c;
@@ -121,7 +120,7 @@ int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum 
 	for (size_t i = 0; i < n && rv == ST_OK; i++) {
 		int r = fused_into[i];
 		if (r != -1 && (r <= (int)i || (size_t)r >= n || fused_into[r] != -1 ||
-		                !fusion_elementwise(ops[i]) || !can_be_root(ops[r]) ||
+		                !fusion_elementwise(ops[i]) || !fusion_root_op(ops[r]) ||
 		                shape_elements(&shapes[i]) != shape_elements(&shapes[r])))
 			rv = status_set(st, ST_INVALID_ARGUMENT,
 			                "node %zu (%s) cannot be fused into node %d", i,

@@ -38,6 +38,13 @@ struct fusion_program {
 int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena *a);
 
 /*
+ * True for the ops that can root a fusion (the elementwise ones but constant). Their kernels
+ * read element i of every operand before writing element i of the result, so a result may
+ * also take the buffer of an operand that dies there (in place).
+ */
+bool fusion_root_op(enum opcode op);
+
+/*
  * Decides the fusions of g (already checked and scheduled; shapes[i] is node i's shape):
  * fused_into[i] is the node that computes node i inside its own kernel (the fusion's root,
  * always a later node), or -1. Returns the number of fused nodes, or -1 when out of memory.

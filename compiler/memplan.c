@@ -279,10 +279,37 @@ static int by_size(const void *x, const void *y, void *arg)
 }
 
 /*
+ * In-place reuse (the coordinator's rule): an elementwise instruction takes the temporary of an
+ * operand that it alone reads, when the bytes match. The buffer index, or -1.
+ */
+static int in_place_buffer(const struct memplan *p, const struct hlo_instruction *in,
+                           const struct refs *refs, const int *uses, bool tiled)
+{
+	if (in->shape.type == HT_TUPLE || !fusion_root_op(opcode_parse(in->opcode)))
+		return -1;
+	for (int k = 0; k < in->n_operands; k++) {
+		const struct hlo_instruction *o = in->operands[k];
+		const struct refs *from = &refs[o->index];
+		int times = 0;
+		for (int j = 0; j < in->n_operands; j++)
+			times += in->operands[j] == o;
+		if (from->n != 1 || uses[o->index] != times)
+			continue;
+		const struct plan_buffer *buf = &p->buffers[from->ids[0]];
+		if (buf->kind == BUF_TEMP && buf->def == o &&
+		    buf->bytes == layout_bytes(&in->shape, tiled) &&
+		    buf->unpadded_bytes == layout_bytes(&in->shape, false))
+			return from->ids[0];
+	}
+	return -1;
+}
+
+/*
  * Elementwise fusion of the entry computation (compiler/fusion.c's rule): fused_into[i] is the
  * instruction whose kernel computes instruction i, or -1. Returns the number fused.
  */
-static int fuse(const struct hlo_computation *c, bool on, int *fused_into, struct arena *a)
+static int fuse(const struct hlo_computation *c, bool on, const bool *held, int *fused_into,
+                struct arena *a)
 {
 	int n = c->n_instructions;
 	for (int i = 0; i < n; i++)
@@ -296,8 +323,7 @@ static int fuse(const struct hlo_computation *c, bool on, int *fused_into, struc
 	int64_t *elements = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
 	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
 	int *operands = arena_calloc(a, (size_t)total + 1, sizeof(int));
-	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
-	if (!ops || !elements || !first || !operands || !held)
+	if (!ops || !elements || !first || !operands)
 		return -1;
 	int at = 0;
 	for (int i = 0; i < n; i++) {
@@ -309,11 +335,6 @@ static int fuse(const struct hlo_computation *c, bool on, int *fused_into, struc
 			operands[at++] = in->operands[k]->index;
 	}
 	first[n] = at;
-	/* The root's values are outputs. */
-	held[c->root->index] = true;
-	if (c->root->shape.type == HT_TUPLE && is(c->root, "tuple"))
-		for (int k = 0; k < c->root->n_operands; k++)
-			held[c->root->operands[k]->index] = true;
 	struct fusion_program p = {n, ops, elements, first, operands, held};
 	return fusion_decide(&p, fused_into, a);
 }
@@ -338,8 +359,20 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	out->combine_threshold_bytes = opts.combine_threshold_bytes;
 	out->n_combined = combine(c, opts.combine_threshold_bytes, at);
+	/* The root's values are outputs; uses[i] counts the operands naming instruction i. */
+	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
+	int *uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	if (fused_into == NULL || (out->n_fused = fuse(c, !opts.no_fusion, fused_into, a)) < 0)
+	if (held == NULL || uses == NULL || fused_into == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	held[c->root->index] = true;
+	if (c->root->shape.type == HT_TUPLE && is(c->root, "tuple"))
+		for (int k = 0; k < c->root->n_operands; k++)
+			held[c->root->operands[k]->index] = true;
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < c->instructions[i]->n_operands; k++)
+			uses[c->instructions[i]->operands[k]->index]++;
+	if ((out->n_fused = fuse(c, !opts.no_fusion, held, fused_into, a)) < 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	struct refs *refs = arena_calloc(a, (size_t)n, sizeof(*refs));
 	int64_t *scratch = arena_calloc(a, (size_t)n, sizeof(int64_t));
@@ -356,6 +389,7 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	for (int i = 0; i < n; i++) {
 		const struct hlo_instruction *in = c->instructions[i];
 		struct refs *r = &refs[i];
+		int reuse;
 		if (fused_into[i] >= 0) {
 			/* Computed inside the kernel of a later instruction: no buffer. */
 		} else if (in->parameter_number >= 0) {
@@ -418,6 +452,15 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 			if (r->ids[0] < 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 			out->n_rewritten++;
+		} else if (!held[i] &&
+		           (reuse = in_place_buffer(out, in, refs, uses, opts.tiled)) >= 0) {
+			/* An elementwise result in the bytes of an operand that dies here. */
+			r->ids = arena_calloc(a, 2, sizeof(int));
+			if (r->ids == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			r->ids[0] = reuse;
+			r->n = 1;
+			out->n_in_place++;
 		} else {
 			if (define(&b, in, BUF_TEMP, at[i], r) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -558,6 +601,11 @@ static void print_strategy(FILE *f, const struct memplan *p)
 		        "fused %d elementwise instructions into the kernels of later ones: they "
 		        "take no HBM (--fusion none keeps them)\n\n",
 		        p->n_fused);
+	if (p->n_in_place > 0)
+		fprintf(f,
+		        "%d elementwise results reuse the bytes of an operand that dies there (in "
+		        "place)\n\n",
+		        p->n_in_place);
 	if (p->n_combined > 0)
 		fprintf(
 		    f,

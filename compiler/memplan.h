@@ -83,6 +83,7 @@ struct memplan {
 	int n_rewritten; /* all-gathers carried out through an all-reduce */
 	int n_combined;  /* collectives merged into an earlier one */
 	int n_fused;     /* elementwise instructions fused into a later one: no buffer */
+	int n_in_place;  /* elementwise results in the bytes of an operand that dies there */
 	int64_t combine_threshold_bytes;
 	bool fits;
 };

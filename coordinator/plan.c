@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fusion.h"
 #include "graph.h"
 #include "topology.h"
 
@@ -59,6 +60,29 @@ static int64_t place_temps(struct temp *t, int n)
 	return high;
 }
 
+/*
+ * In-place reuse, as XLA's buffer assignment does it: the operand of an elementwise node i whose
+ * temporary i alone reads, with as many bytes, lends i its buffer. Returns it, or -1.
+ */
+static int in_place_operand(const Podemu__Graph *g, int i, enum opcode op, const int *uses,
+                            Podemu__BufferAssignment *const *buffers, const struct shape *shapes)
+{
+	const Podemu__Node *node = g->nodes[i];
+	if (!fusion_root_op(op))
+		return -1;
+	for (size_t k = 0; k < node->n_operands; k++) {
+		int p = node->operands[k], refs = 0;
+		if (buffers[p]->kind != PODEMU__BUFFER_KIND__BUFFER_TEMP ||
+		    shape_bytes(&shapes[p]) != shape_bytes(&shapes[i]))
+			continue;
+		for (size_t j = 0; j < node->n_operands; j++)
+			refs += node->operands[j] == p;
+		if (uses[p] == refs)
+			return p;
+	}
+	return -1;
+}
+
 int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const struct shape *shapes,
               const uint64_t *output_handles, const int64_t *scratch, const int *fused_into,
               struct status *st)
@@ -68,9 +92,12 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *last = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *output_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *temp_of = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* index into temps */
+	int *owner = arena_calloc(a, (size_t)n + 1, sizeof(int));   /* node whose bytes it uses */
 	struct temp *temps = arena_calloc(a, 2 * (size_t)n + 1, sizeof(*temps));
 	out->buffers = arena_calloc(a, (size_t)n + 1, sizeof(*out->buffers));
-	if (!root || !last || !output_of || !temps || !out->buffers)
+	if (!root || !last || !output_of || !uses || !temp_of || !owner || !temps || !out->buffers)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int i = 0; i < n; i++) {
 		const Podemu__Node *node = g->nodes[i];
@@ -86,6 +113,7 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			int r = root[node->operands[k]];
 			if (at > last[r])
 				last[r] = at;
+			uses[node->operands[k]]++;
 		}
 	}
 	for (size_t k = 0; k < g->n_outputs; k++) {
@@ -128,6 +156,18 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			out->output_bytes += aligned(b->bytes);
 		} else {
 			b->kind = PODEMU__BUFFER_KIND__BUFFER_TEMP;
+			int p = fused_into && fused_into[i] >= 0
+			            ? -1
+			            : in_place_operand(g, i, op, uses, out->buffers, shapes);
+			if (p >= 0) { /* the operand's bytes become the result */
+				struct temp *t = &temps[temp_of[p]];
+				t->last = last[i] > t->last ? last[i] : t->last;
+				temp_of[i] = temp_of[p];
+				owner[i] = owner[p];
+				continue;
+			}
+			temp_of[i] = num_temps;
+			owner[i] = i;
 			temps[num_temps++] = (struct temp){
 			    .node = i, .size = aligned(b->bytes), .first = i, .last = last[i]};
 		}
@@ -140,6 +180,9 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 	for (int t = 0; t < num_temps; t++)
 		if (temps[t].node >= 0)
 			out->buffers[temps[t].node]->offset = temps[t].offset;
+	for (int i = 0; i < n; i++)
+		if (out->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_TEMP && owner[i] != i)
+			out->buffers[i]->offset = out->buffers[owner[i]]->offset;
 	return ST_OK;
 }
 

@@ -19,11 +19,10 @@ static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **st
 {
 	struct gb b;
 	gb_init(&b);
-	int64_t d[] = {1024};                                                    /* 4 KiB each */
-	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1); /* 0 temp */
-	gb_node(&b, "add", 0, 0, -1);                                            /* 1 temp */
-	gb_node(&b, "add", 1, 1, -1);                                            /* 2 temp */
-	gb_node(&b, "add", 2, 2, -1);                                            /* 3 out */
+	int64_t d[] = {32, 32}, perm[] = {1, 0};                                 /* 4 KiB each */
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 2); /* 0 temp */
+	for (int i = 1; i <= 3; i++) /* 1, 2 temp; 3 out */
+		gb_dims(&b, gb_node(&b, "transpose", i - 1, -1, -1), perm, 2);
 	int32_t outs[] = {3};
 	gb_outputs(&b, outs, 1);
 	struct status st;
@@ -40,6 +39,32 @@ static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **st
 	assert_int_not_equal(p.buffers[1]->offset, p.buffers[0]->offset);
 	assert_int_not_equal(p.buffers[2]->offset, p.buffers[1]->offset);
 	assert_int_equal(p.buffers[2]->offset, p.buffers[0]->offset);
+	arena_free(b.a);
+}
+
+/* An elementwise op takes the bytes of an operand that dies there, as XLA's assignment does. */
+static void test_elementwise_ops_work_in_place(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {1024};                                                    /* 4 KiB each */
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1); /* 0 */
+	gb_node(&b, "add", 0, 0, -1);                                            /* 1: in 0 */
+	gb_node(&b, "add", 1, 1, -1);                                            /* 2: in 1 */
+	gb_node(&b, "negate", 2, -1, -1);                                        /* 3 */
+	gb_node(&b, "multiply", 3, 2, -1);                                       /* 4: out */
+	int32_t outs[] = {4};
+	gb_outputs(&b, outs, 1);
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	struct plan p;
+	uint64_t handles[] = {78};
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
+	assert_int_equal(p.buffers[1]->offset, p.buffers[0]->offset);
+	assert_int_equal(p.buffers[2]->offset, p.buffers[0]->offset);
+	/* 2 is read again by 4, so 3 cannot take its bytes: two temporaries. */
+	assert_int_not_equal(p.buffers[3]->offset, p.buffers[2]->offset);
+	assert_int_equal(p.temp_bytes, 2 * 4096);
 	arena_free(b.a);
 }
 
@@ -122,6 +147,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_temporaries_share_bytes_when_lifetimes_do_not_overlap),
+	    cmocka_unit_test(test_elementwise_ops_work_in_place),
 	    cmocka_unit_test(test_parameters_barriers_and_aliases),
 	    cmocka_unit_test(test_outputs_that_are_parameters_are_refused),
 	    cmocka_unit_test(test_all_gather_output_is_the_only_extra_memory),
