@@ -1,5 +1,6 @@
 #include "lower.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,7 @@ static Podemu__CollPhase *exchange(struct builder *b, int send_peer, Podemu__Col
 }
 
 #define MOD(x, n) ((((x) % (n)) + (n)) % (n))
+#define SPLIT_MAX 1024 /* members of a group that may be split by host */
 #define IN PODEMU__COLL_BUFFER__COLL_INPUT
 #define OUT PODEMU__COLL_BUFFER__COLL_OUTPUT
 
@@ -200,6 +202,100 @@ static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const 
 	}
 }
 
+/* Sub-block k of n2 of flat block q of n1 (sizes differing by at most one element). */
+static Podemu__BlockLayout *flat_sub(struct builder *b, const struct shape *s, int n1, int q,
+                                     int n2, int k)
+{
+	int64_t es = (int64_t)dtype_size(s->dtype), elems = shape_elements(s);
+	int64_t base = elems / n1, rem = elems % n1;
+	int64_t start = q * base + (q < rem ? q : rem), count = base + (q < rem);
+	int64_t sub = count / n2, srem = count % n2;
+	int64_t at = start + k * sub + (k < srem ? k : srem), len = sub + (k < srem);
+	return layout(b, at * es, len * es, len * es, 1);
+}
+
+/*
+ * Hierarchical all-reduce for a group of H hosts with L members each (local holds this host's
+ * members, p this core's place among them, across the members in its place on every host, h
+ * this host's place): a ring reduce-scatter within the host leaves block q = p+1 (of L) summed
+ * over the host on this core; a ring all-reduce of block q with the cores in the same place on
+ * the other hosts sums it over the group; the blocks are then gathered within the host by
+ * memory copy. Each host sends 2(H-1)/H of the buffer off the host instead of 2(N-1)/N per
+ * core around one ring.
+ */
+static void all_reduce_hierarchical(struct builder *b, const int64_t *local, int L, int p,
+                                    const int64_t *across, int H, int h, const struct shape *in)
+{
+	copy_phase(b, IN, whole(b, in), whole(b, in));
+	for (int s = 0; s < L - 1; s++)
+		exchange(b, (int)local[MOD(p + 1, L)], OUT, flat_block(b, in, L, MOD(p - s, L)),
+		         (int)local[MOD(p - 1, L)], flat_block(b, in, L, MOD(p - s - 1, L)), 1);
+	int q = MOD(p + 1, L);
+	for (int s = 0; s < H - 1; s++)
+		exchange(b, (int)across[MOD(h + 1, H)], OUT,
+		         flat_sub(b, in, L, q, H, MOD(h - s, H)), (int)across[MOD(h - 1, H)],
+		         flat_sub(b, in, L, q, H, MOD(h - s - 1, H)), 1);
+	for (int s = 0; s < H - 1; s++) {
+		Podemu__CollPhase *ph = exchange(
+		    b, (int)across[MOD(h + 1, H)], OUT, flat_sub(b, in, L, q, H, MOD(h + 1 - s, H)),
+		    (int)across[MOD(h - 1, H)], flat_sub(b, in, L, q, H, MOD(h - s, H)), 0);
+		if (ph != NULL && s == 0)
+			ph->drain = 1;
+	}
+	for (int s = 0; s < L - 1; s++) {
+		Podemu__CollPhase *ph = exchange(
+		    b, (int)local[MOD(p + 1 + s, L)], OUT, flat_block(b, in, L, MOD(p + 1, L)),
+		    (int)local[MOD(p - 1 - s, L)], flat_block(b, in, L, MOD(p - s, L)), 0);
+		if (ph != NULL && s == 0)
+			ph->drain = 1;
+	}
+}
+
+/*
+ * Splits group m (n members) by host: H hosts of L members each, in order of first appearance,
+ * members in group order. Fills local (this core's host's members), across (the members in
+ * place p of every host), p and h. False when hosts hold different numbers of members.
+ */
+static bool split_by_host(const int64_t *m, int n, int cph, int64_t me, int64_t *local,
+                          int64_t *across, int *L, int *H, int *p, int *h)
+{
+	int64_t hosts[64];
+	int nh = 0, count[64] = {0};
+	for (int k = 0; k < n; k++) {
+		int64_t host = m[k] / cph;
+		int j = 0;
+		while (j < nh && hosts[j] != host)
+			j++;
+		if (j == nh) {
+			if (nh == 64)
+				return false;
+			hosts[nh++] = host;
+		}
+		count[j]++;
+	}
+	for (int j = 1; j < nh; j++)
+		if (count[j] != count[0])
+			return false;
+	*H = nh, *L = count[0];
+	int64_t my_host = me / cph;
+	int at = 0;
+	for (int k = 0; k < n; k++)
+		if (m[k] / cph == my_host) {
+			if (m[k] == me)
+				*p = at;
+			local[at++] = m[k];
+		}
+	for (int j = 0; j < nh; j++) {
+		if (hosts[j] == my_host)
+			*h = j;
+		int seen = 0;
+		for (int k = 0; k < n; k++)
+			if (m[k] / cph == hosts[j] && seen++ == *p)
+				across[j] = m[k];
+	}
+	return true;
+}
+
 static void all_to_all(struct builder *b, const int64_t *m, int n, int p, int sd, int cd,
                        const struct shape *in, const struct shape *out)
 {
@@ -242,10 +338,13 @@ int64_t lower_scratch_bytes(const Podemu__Node *n, const struct shape *in, int64
 	return bytes < chunk_bytes ? bytes : chunk_bytes;
 }
 
-static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, const char *forced)
+static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bool layered,
+                          const char *forced)
 {
 	int pow2 = n > 0 && (n & (n - 1)) == 0;
 	if (forced != NULL && forced[0] != '\0') {
+		if (strcmp(forced, "hierarchical") == 0 && op == OP_ALL_REDUCE && layered)
+			return "hierarchical";
 		if (strcmp(forced, "recursive-doubling") == 0 && op == OP_ALL_REDUCE && pow2)
 			return "recursive-doubling";
 		if (strcmp(forced, "direct") == 0 && op == OP_ALL_GATHER)
@@ -261,7 +360,7 @@ static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, co
 	case OP_ALL_REDUCE:
 		if (pow2 && n > 1 && bytes <= LOWER_SMALL_ALL_REDUCE_BYTES)
 			return "recursive-doubling";
-		return one_host ? "ring+direct" : "ring";
+		return one_host ? "ring+direct" : layered ? "hierarchical" : "ring";
 
 	case OP_ALL_TO_ALL:
 	case OP_COLLECTIVE_PERMUTE:
@@ -311,13 +410,24 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				int one_host = 1;
 				for (int k = 0; k < n; k++)
 					one_host &= m[k] / cph == m[0] / cph;
-				algo = choose(op, n, shape_bytes(in), one_host, forced_algorithm);
+				/* Several hosts with several members each: intra-, then inter-host.
+				 */
+				int64_t local[SPLIT_MAX], across[SPLIT_MAX];
+				int L = 0, H = 0, lp = 0, h = 0;
+				bool layered =
+				    !one_host && n <= SPLIT_MAX && op == OP_ALL_REDUCE &&
+				    split_by_host(m, n, cph, me, local, across, &L, &H, &lp, &h) &&
+				    L > 1 && H > 1;
+				algo = choose(op, n, shape_bytes(in), one_host, layered,
+				              forced_algorithm);
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
 				if (op == OP_ALL_GATHER)
 					all_gather(&b, m, n, p, d, in, res,
 					           strcmp(algo, "direct") == 0);
 				else if (op == OP_REDUCE_SCATTER)
 					reduce_scatter(&b, m, n, p, d, in, res);
+				else if (strcmp(algo, "hierarchical") == 0)
+					all_reduce_hierarchical(&b, local, L, lp, across, H, h, in);
 				else if (op == OP_ALL_REDUCE)
 					all_reduce(&b, m, n, p, in,
 					           strcmp(algo, "recursive-doubling") == 0,
