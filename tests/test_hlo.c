@@ -229,29 +229,24 @@ static void test_plan_all_gather_strategies(void **state)
 }
 
 /* Two all-gathers consumed at the end are live together; each is freed after its last use. */
+static const char *const two_gathers = "HloModule two\nENTRY main {\n"
+                                       "  x = f32[1048576] parameter(0)\n"
+                                       "  a = f32[8388608] all-gather(x), dimensions={0}\n"
+                                       "  b = f32[8388608] all-gather(x), dimensions={0}\n"
+                                       "  s = f32[8388608] add(a, b)\n"
+                                       "  ROOT r = f32[8388608] negate(s)\n}\n";
+
 static void test_plan_liveness(void **state)
 {
 	struct memplan p;
-	plan("HloModule two\nENTRY main {\n"
-	     "  x = f32[1048576] parameter(0)\n"
-	     "  a = f32[8388608] all-gather(x), dimensions={0}\n"
-	     "  b = f32[8388608] all-gather(x), dimensions={0}\n"
-	     "  s = f32[8388608] add(a, b)\n"
-	     "  ROOT r = f32[8388608] negate(s)\n}\n",
-	     "v3-8", &p);
+	plan(two_gathers, "v3-8", &p);
 	/* s is fused into r: at r, x, a, b and r (4 + 32 x 3 MiB); s takes no HBM. */
 	assert_int_equal(p.n_fused, 1);
 	assert_int_equal(p.peak_bytes, 4 * MiB + 3 * 32 * MiB);
 	assert_string_equal(p.peak_name, "r");
 	assert_int_equal(p.temp_bytes, 2 * 32 * MiB);
 	no_fusion = true;
-	plan("HloModule two\nENTRY main {\n"
-	     "  x = f32[1048576] parameter(0)\n"
-	     "  a = f32[8388608] all-gather(x), dimensions={0}\n"
-	     "  b = f32[8388608] all-gather(x), dimensions={0}\n"
-	     "  s = f32[8388608] add(a, b)\n"
-	     "  ROOT r = f32[8388608] negate(s)\n}\n",
-	     "v3-8", &p);
+	plan(two_gathers, "v3-8", &p);
 	no_fusion = false;
 	/* --fusion none: s works in place in a's bytes (a dies there): from b on, x, a = s, b. */
 	assert_int_equal(p.n_fused, 0);
