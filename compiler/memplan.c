@@ -5,6 +5,7 @@
 
 #include "collective.h"
 #include "fusion.h"
+#include "schedule.h"
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
 #define TILE_MINOR 128
@@ -279,6 +280,77 @@ static int by_size(const void *x, const void *y, void *arg)
 }
 
 /*
+ * The coordinator's memory-aware scheduler (compiler/schedule.c) on the entry computation:
+ * order[k] is the instruction run k-th. Collectives, parameters and tuple plumbing keep their
+ * places; an unknown op is a computation that may be delayed.
+ */
+static int memory_aware_order(const struct hlo_computation *c, bool on, bool tiled, int *order,
+                              int *n_delayed, struct arena *a, struct status *st)
+{
+	static const char *const pinned[] = {"all-gather",
+	                                     "all-gather-start",
+	                                     "all-gather-done",
+	                                     "all-reduce",
+	                                     "all-reduce-start",
+	                                     "all-reduce-done",
+	                                     "reduce-scatter",
+	                                     "all-to-all",
+	                                     "collective-permute",
+	                                     "collective-permute-start",
+	                                     "collective-permute-done",
+	                                     "send",
+	                                     "send-done",
+	                                     "recv",
+	                                     "recv-done",
+	                                     "infeed",
+	                                     "outfeed",
+	                                     "rng",
+	                                     "custom-call",
+	                                     "while",
+	                                     "conditional",
+	                                     "call",
+	                                     NULL};
+	int n = c->n_instructions, total = 0;
+	for (int i = 0; i < n; i++)
+		total += c->instructions[i]->n_operands;
+	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
+	int64_t *bytes = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
+	int *operands = arena_calloc(a, (size_t)total + 1, sizeof(int));
+	int *alias_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
+	if (!ops || !bytes || !first || !operands || !alias_of || !held)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0, at = 0; i < n; i++) {
+		const struct hlo_instruction *in = c->instructions[i];
+		bool plumbing = is(in, "tuple") || is(in, "get-tuple-element") || is(in, "bitcast");
+		ops[i] = in->parameter_number >= 0                                 ? OP_PARAMETER
+		         : is(in, "opt-barrier") || is(in, "optimization-barrier") ? OP_OPT_BARRIER
+		         : is_any(in, pinned) ? OP_ALL_REDUCE /* keeps its place */
+		         : plumbing           ? OP_GET_TUPLE_ELEMENT
+		                              : opcode_parse(in->opcode);
+		bytes[i] =
+		    plumbing || ops[i] == OP_OPT_BARRIER ? 0 : layout_bytes(&in->shape, tiled);
+		alias_of[i] = -1;
+		if (is(in, "bitcast") && in->n_operands == 1)
+			alias_of[i] = in->operands[0]->index;
+		if (is(in, "get-tuple-element") && in->n_operands == 1 && in->has_index &&
+		    is(in->operands[0], "tuple") && in->tuple_index < in->operands[0]->n_operands)
+			alias_of[i] = in->operands[0]->operands[in->tuple_index]->index;
+		first[i] = at;
+		for (int k = 0; k < in->n_operands; k++)
+			operands[at++] = in->operands[k]->index;
+		first[i + 1] = at;
+	}
+	held[c->root->index] = true;
+	if (is(c->root, "tuple"))
+		for (int k = 0; k < c->root->n_operands; k++)
+			held[c->root->operands[k]->index] = true;
+	struct sched_program p = {n, ops, bytes, first, operands, alias_of, held};
+	return schedule_delays(&p, NULL, NULL, NULL, on, order, n_delayed, a, st);
+}
+
+/*
  * In-place reuse (the coordinator's rule): an elementwise instruction takes the temporary of an
  * operand that it alone reads, when the bytes match. The buffer index, or -1.
  */
@@ -359,6 +431,21 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	out->combine_threshold_bytes = opts.combine_threshold_bytes;
 	out->n_combined = combine(c, opts.combine_threshold_bytes, at);
+	int *order = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (order == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv =
+	    memory_aware_order(c, !opts.recorded_order, opts.tiled, order, &out->n_delayed, a, st);
+	if (rv != ST_OK)
+		return rv;
+	/* Positions in the schedule; a merged collective runs where its group's first one does. */
+	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (position == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; k < n; k++)
+		position[order[k]] = k;
+	for (int i = 0; i < n; i++)
+		at[i] = position[at[i]];
 	/* The root's values are outputs; uses[i] counts the operands naming instruction i. */
 	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
 	int *uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
@@ -538,7 +625,7 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 			out->peak_scratch = scratch[i];
 		}
 	}
-	out->peak_name = c->instructions[out->peak_at]->name;
+	out->peak_name = c->instructions[order[out->peak_at]]->name;
 	out->peak_live = arena_calloc(a, (size_t)out->n_buffers + 1, sizeof(int));
 	if (out->peak_live == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -601,6 +688,11 @@ static void print_strategy(FILE *f, const struct memplan *p)
 		        "fused %d elementwise instructions into the kernels of later ones: they "
 		        "take no HBM (--fusion none keeps them)\n\n",
 		        p->n_fused);
+	if (p->n_delayed > 0)
+		fprintf(f,
+		        "the memory-aware scheduler ran %d computations just before their first "
+		        "consumer (--scheduler recorded keeps the written order)\n\n",
+		        p->n_delayed);
 	if (p->n_in_place > 0)
 		fprintf(f,
 		        "%d elementwise results reuse the bytes of an operand that dies there (in "

@@ -59,7 +59,8 @@ struct memplan_options {
 	 * collective runs, and its output is live, from the first one's place on.
 	 */
 	int64_t combine_threshold_bytes;
-	bool no_fusion; /* keep every elementwise intermediate in HBM (--fusion none) */
+	bool no_fusion;      /* keep every elementwise intermediate in HBM (--fusion none) */
+	bool recorded_order; /* no memory-aware scheduling (--scheduler recorded) */
 };
 
 struct memplan {
@@ -70,7 +71,7 @@ struct memplan {
 	int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes;
 	int64_t peak_bytes;    /* live bytes at the peak, scratch included */
 	int64_t padding_bytes; /* of the buffers live at the peak */
-	int peak_at;           /* instruction index of the peak */
+	int peak_at;           /* position of the peak in the schedule */
 	const char *peak_name; /* and its name */
 	int n_instructions;
 	int64_t *live; /* [n_instructions]: live bytes (scratch included) at each instruction */
@@ -84,6 +85,7 @@ struct memplan {
 	int n_combined;  /* collectives merged into an earlier one */
 	int n_fused;     /* elementwise instructions fused into a later one: no buffer */
 	int n_in_place;  /* elementwise results in the bytes of an operand that dies there */
+	int n_delayed;   /* computations the memory-aware scheduler moved later */
 	int64_t combine_threshold_bytes;
 	bool fits;
 };

@@ -47,15 +47,14 @@ bool schedule_is_identity(const struct schedule *s)
 	return true;
 }
 
-/* What the passes know about the graph. */
+/* What the delaying pass knows about the program. */
 struct sched_ctx {
-	const Podemu__Graph *g;
-	const struct shape *shapes;
+	const struct sched_program *p;
 	int n;
-	enum opcode *ops;
+	const enum opcode *ops;
 	int *segment;
 	int *n_uses, *first_use, *uses; /* consumers of node i: uses[first_use[i] ..][n_uses[i]] */
-	bool *is_output;
+	const bool *is_output;
 	int *anchor; /* node i runs just before anchor[i] (itself when it keeps its place) */
 };
 
@@ -84,9 +83,8 @@ static bool free_at(const struct sched_ctx *x, int p, int via, int target, int d
 	}
 	if (!only_via || depth > 32 || !movable(x, p) || x->segment[p] != x->segment[target])
 		return false;
-	const Podemu__Node *n = x->g->nodes[p];
-	for (size_t k = 0; k < n->n_operands; k++)
-		if (!free_at(x, n->operands[k], p, target, depth + 1))
+	for (int k = x->p->first[p]; k < x->p->first[p + 1]; k++)
+		if (!free_at(x, x->p->operands[k], p, target, depth + 1))
 			return false;
 	return true;
 }
@@ -129,34 +127,31 @@ static int emit(const struct sched_ctx *x, const int *leader, const int *next, i
 static int64_t live_peak(const struct sched_ctx *x, const int *order, int *position, int *last,
                          int *root)
 {
+	const struct sched_program *p = x->p;
 	int n = x->n;
 	for (int k = 0; k < n; k++)
 		position[order[k]] = k;
 	for (int i = 0; i < n; i++) {
-		const Podemu__Node *node = x->g->nodes[i];
-		root[i] = i;
-		if (x->ops[i] == OP_GET_TUPLE_ELEMENT)
-			root[i] = root[x->g->nodes[node->operands[0]]->operands[node->tuple_index]];
+		root[i] = p->alias_of[i] >= 0 ? root[p->alias_of[i]] : i;
 		last[i] = position[i];
 	}
 	for (int i = 0; i < n; i++)
-		for (size_t k = 0; k < x->g->nodes[i]->n_operands; k++) {
-			int r = root[x->g->nodes[i]->operands[k]];
+		for (int k = p->first[i]; k < p->first[i + 1]; k++) {
+			int r = root[p->operands[k]];
 			if (position[i] > last[r])
 				last[r] = position[i];
 		}
-	for (size_t k = 0; k < x->g->n_outputs; k++)
-		last[root[x->g->outputs[k]]] = -1; /* held: not a temporary */
+	for (int i = 0; i < n; i++)
+		if (p->held[i])
+			last[root[i]] = -1; /* held: not a temporary */
 	int64_t *delta = calloc((size_t)n + 2, sizeof(int64_t));
 	if (delta == NULL)
 		return INT64_MAX;
 	for (int i = 0; i < n; i++) {
-		if (root[i] != i || last[i] < 0 || x->ops[i] == OP_PARAMETER ||
-		    x->ops[i] == OP_OPT_BARRIER)
+		if (root[i] != i || last[i] < 0 || x->ops[i] == OP_PARAMETER)
 			continue;
-		int64_t bytes = shape_bytes(&x->shapes[i]);
-		delta[position[i]] += bytes;
-		delta[last[i] + 1] -= bytes; /* freed once its last user has run */
+		delta[position[i]] += p->bytes[i];
+		delta[last[i] + 1] -= p->bytes[i]; /* freed once its last user has run */
 	}
 	int64_t live = 0, peak = 0;
 	for (int k = 0; k <= n; k++) {
@@ -166,6 +161,94 @@ static int64_t live_peak(const struct sched_ctx *x, const int *order, int *posit
 	}
 	free(delta);
 	return peak;
+}
+
+int schedule_delays(const struct sched_program *p, const int *leader, const int *next,
+                    const int *hoist, bool memory_aware, int *order, int *n_delayed,
+                    struct arena *a, struct status *st)
+{
+	int n = p->n;
+	*n_delayed = 0;
+	int *segment = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *anchor = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *n_uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *first_use = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *uses = arena_calloc(a, (size_t)p->first[n] + 1, sizeof(int));
+	int *none = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *head = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *link = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *combined = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *last = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (!segment || !anchor || !n_uses || !first_use || !uses || !none || !head || !link ||
+	    !combined || !position || !last || !root)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0, seg = 0; i < n; i++) {
+		segment[i] = seg;
+		seg += p->ops[i] == OP_OPT_BARRIER; /* closes its segment */
+		none[i] = -1;
+	}
+	leader = leader ? leader : none;
+	next = next ? next : none;
+	hoist = hoist ? hoist : none;
+	for (int i = 0; i < n; i++)
+		for (int k = p->first[i]; k < p->first[i + 1]; k++)
+			n_uses[p->operands[k]]++;
+	for (int i = 0, at = 0; i < n; i++) {
+		first_use[i] = at;
+		at += n_uses[i];
+		n_uses[i] = 0;
+	}
+	for (int i = 0; i < n; i++)
+		for (int k = p->first[i]; k < p->first[i + 1]; k++) {
+			int o = p->operands[k];
+			uses[first_use[o] + n_uses[o]++] = i;
+		}
+
+	/*
+	 * Delaying, from the last node back: node i runs just before anchor[i], a node that keeps
+	 * its place. A collective that joined a group runs where the group's first one does.
+	 */
+	struct sched_ctx x = {p, n, p->ops, segment, n_uses, first_use, uses, p->held, anchor};
+	for (int i = 0; i < n; i++)
+		anchor[i] = leader[i] != -1 ? leader[i] : hoist[i] != -1 ? hoist[i] : i;
+	if (emit(&x, leader, next, head, link, combined) != n)
+		return status_set(st, ST_INTERNAL, "scheduling lost nodes");
+	memcpy(order, combined, (size_t)n * sizeof(int));
+	if (!memory_aware)
+		return ST_OK;
+	for (int i = n - 1; i >= 0; i--) {
+		if (!movable(&x, i) || n_uses[i] == 0 || p->bytes[i] == 0)
+			continue;
+		int target = n;
+		for (int u = 0; u < n_uses[i]; u++) {
+			int c = anchor[uses[first_use[i] + u]];
+			if (c < target)
+				target = c;
+		}
+		if (target <= i + 1 || target >= n || segment[target] != segment[i])
+			continue;
+		bool free_move = true;
+		for (int k = p->first[i]; free_move && k < p->first[i + 1]; k++)
+			free_move = free_at(&x, p->operands[k], i, target, 0);
+		if (free_move) {
+			anchor[i] = target;
+			(*n_delayed)++;
+		}
+	}
+	if (*n_delayed == 0)
+		return ST_OK;
+	if (emit(&x, leader, next, head, link, order) != n)
+		return status_set(st, ST_INTERNAL, "scheduling lost nodes");
+	/* Kept only when it lowers the peak of live bytes. */
+	int64_t before = live_peak(&x, combined, position, last, root);
+	int64_t after = live_peak(&x, order, position, last, root);
+	if (after >= before) {
+		memcpy(order, combined, (size_t)n * sizeof(int));
+		*n_delayed = 0;
+	}
+	return ST_OK;
 }
 
 int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct shape *shapes,
@@ -180,14 +263,9 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 	int *next = arena_calloc(a, (size_t)n + 1, sizeof(int));   /* next group member */
 	int *hoist = arena_calloc(a, (size_t)n + 1, sizeof(int));  /* parameter: run before */
 	int64_t *group = arena_calloc(a, (size_t)n + 1, sizeof(int64_t)); /* leader: bytes */
-	int *anchor = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *n_uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *first_use = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* CSR of consumers */
-	int *uses = arena_calloc(a, (size_t)n * 4 + 1, sizeof(int));
 	bool *is_output = arena_calloc(a, (size_t)n + 1, sizeof(bool));
 	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
-	if (!out->order || !segment || !leader || !next || !hoist || !group || !anchor || !n_uses ||
-	    !first_use || !uses || !is_output || !ops)
+	if (!out->order || !segment || !leader || !next || !hoist || !group || !is_output || !ops)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	size_t total_uses = 0;
 	for (int i = 0, seg = 0; i < n; i++) {
@@ -200,9 +278,6 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 		hoist[i] = -1;
 		total_uses += g->nodes[i]->n_operands;
 	}
-	if (total_uses > (size_t)n * 4 &&
-	    (uses = arena_calloc(a, total_uses + 1, sizeof(int))) == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (size_t k = 0; k < g->n_outputs; k++)
 		is_output[g->outputs[k]] = true;
 
@@ -244,73 +319,29 @@ int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct sha
 		}
 	}
 
-	/* Consumers of every node, in order. */
-	for (int i = 0; i < n; i++)
-		for (size_t k = 0; k < g->nodes[i]->n_operands; k++)
-			n_uses[g->nodes[i]->operands[k]]++;
-	for (int i = 0, at = 0; i < n; i++) {
-		first_use[i] = at;
-		at += n_uses[i];
-		n_uses[i] = 0;
-	}
-	for (int i = 0; i < n; i++)
-		for (size_t k = 0; k < g->nodes[i]->n_operands; k++) {
-			int o2 = g->nodes[i]->operands[k];
-			uses[first_use[o2] + n_uses[o2]++] = i;
-		}
-
-	/*
-	 * Delaying, from the last node back: node i runs just before anchor[i], a node that keeps
-	 * its place. A collective that joined a group runs where the group's first one does.
-	 */
-	struct sched_ctx x = {g,      shapes,    n,    ops,       segment,
-	                      n_uses, first_use, uses, is_output, anchor};
-	int *head = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *link = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *combined = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *last = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	if (!head || !link || !combined || !position || !last || !root)
+	/* The program as the delaying pass sees it. */
+	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
+	int *operands = arena_calloc(a, total_uses + 1, sizeof(int));
+	int *alias_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int64_t *bytes = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	if (!first || !operands || !alias_of || !bytes)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int i = 0; i < n; i++)
-		anchor[i] = leader[i] != -1 ? leader[i] : hoist[i] != -1 ? hoist[i] : i;
-	if (emit(&x, leader, next, head, link, combined) != n)
-		return status_set(st, ST_INTERNAL, "scheduling lost nodes");
-	memcpy(out->order, combined, (size_t)n * sizeof(int));
-	if (o == NULL || !o->memory_aware)
-		return ST_OK;
-	for (int i = n - 1; i >= 0; i--) {
-		if (!movable(&x, i) || n_uses[i] == 0 || shape_bytes(&shapes[i]) == 0)
-			continue;
-		int target = n;
-		for (int u = 0; u < n_uses[i]; u++) {
-			int c = anchor[uses[first_use[i] + u]];
-			if (c < target)
-				target = c;
-		}
-		if (target <= i + 1 || segment[target] != segment[i])
-			continue;
-		bool free_move = true;
-		for (size_t k = 0; free_move && k < g->nodes[i]->n_operands; k++)
-			free_move = free_at(&x, g->nodes[i]->operands[k], i, target, 0);
-		if (free_move) {
-			anchor[i] = target;
-			out->n_delayed++;
-		}
+	for (int i = 0, at = 0; i < n; i++) {
+		const Podemu__Node *node = g->nodes[i];
+		first[i] = at;
+		for (size_t k = 0; k < node->n_operands; k++)
+			operands[at++] = node->operands[k];
+		first[i + 1] = at;
+		alias_of[i] = ops[i] == OP_GET_TUPLE_ELEMENT
+		                  ? g->nodes[node->operands[0]]->operands[node->tuple_index]
+		                  : -1;
+		bytes[i] = ops[i] == OP_OPT_BARRIER || ops[i] == OP_GET_TUPLE_ELEMENT
+		               ? 0
+		               : shape_bytes(&shapes[i]);
 	}
-	if (out->n_delayed == 0)
-		return ST_OK;
-	if (emit(&x, leader, next, head, link, out->order) != n)
-		return status_set(st, ST_INTERNAL, "scheduling lost nodes");
-	/* Kept only when it lowers the peak of live bytes. */
-	int64_t before = live_peak(&x, combined, position, last, root);
-	int64_t after = live_peak(&x, out->order, position, last, root);
-	if (after >= before) {
-		memcpy(out->order, combined, (size_t)n * sizeof(int));
-		out->n_delayed = 0;
-	}
-	return ST_OK;
+	struct sched_program prog = {n, ops, bytes, first, operands, alias_of, is_output};
+	return schedule_delays(&prog, leader, next, hoist, o != NULL && o->memory_aware, out->order,
+	                       &out->n_delayed, a, st);
 }
 
 Podemu__Graph *schedule_apply(const Podemu__Graph *g, const struct schedule *s,

@@ -22,6 +22,7 @@
 
 #include "arena.h"
 #include "dtype.h"
+#include "graph.h"
 #include "podemu.pb-c.h"
 #include "status.h"
 
@@ -46,6 +47,27 @@ struct schedule {
  */
 int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct shape *shapes,
                   const struct schedule_options *o, struct arena *a, struct status *st);
+
+/* Any program, as the delaying pass sees it: n nodes in program order. */
+struct sched_program {
+	int n;
+	const enum opcode *ops; /* OP_INVALID: a computation podemu does not know */
+	const int64_t *bytes;   /* of each node's value; 0: no buffer of its own */
+	const int *first;       /* operands of node i: operands[first[i] .. first[i + 1]) */
+	const int *operands;
+	const int *alias_of; /* the node whose value node i names (get-tuple-element), or -1 */
+	const bool *held;    /* values that outlive the program (outputs) */
+};
+
+/*
+ * The memory-aware order of p into order (n entries): computations delayed to their first
+ * consumer as described above, kept only when the live-bytes peak falls (*n_delayed says how
+ * many moved). leader/next (a group's first collective and the next member) and hoist (a
+ * parameter's new place) come from combining; NULL for none.
+ */
+int schedule_delays(const struct sched_program *p, const int *leader, const int *next,
+                    const int *hoist, bool memory_aware, int *order, int *n_delayed,
+                    struct arena *a, struct status *st);
 
 /* True when the schedule is the recorded order. */
 bool schedule_is_identity(const struct schedule *s);

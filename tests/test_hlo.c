@@ -156,6 +156,7 @@ static void test_layout_bytes(void **state)
 }
 
 static bool no_fusion; /* plan() with --fusion none */
+static bool recorded;  /* plan() with --scheduler recorded */
 
 static int plan(const char *text, const char *topology, struct memplan *p)
 {
@@ -166,7 +167,8 @@ static int plan(const char *text, const char *topology, struct memplan *p)
 	int rv = parse(text, &m, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
-	struct memplan_options o = {.tiled = true, .no_fusion = no_fusion};
+	struct memplan_options o = {
+	    .tiled = true, .no_fusion = no_fusion, .recorded_order = recorded};
 	rv = memplan_build(p, &m, &topo, &o, a, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
@@ -312,6 +314,33 @@ static void test_plan_combining_and_barriers(void **state)
 	assert_int_equal(p.peak_bytes, 2 * MiB + 8 * MiB + scalars);
 }
 
+/* A value made early and read late moves next to its reader: the peak falls. */
+static void test_plan_memory_aware_order(void **state)
+{
+	struct memplan p;
+	const char *text = "HloModule late\nENTRY main {\n"
+	                   "  p = f32[1024,1024] parameter(0)\n"
+	                   "  z = f32[] constant(0)\n"
+	                   "  big = f32[1024,1024] broadcast(z), dimensions={}\n"
+	                   "  t1 = f32[1024,1024] transpose(p), dimensions={1,0}\n"
+	                   "  t2 = f32[1024,1024] transpose(t1), dimensions={1,0}\n"
+	                   "  t3 = f32[1024,1024] transpose(t2), dimensions={1,0}\n"
+	                   "  rb = f32[] reduce(big, z), dimensions={0,1}, to_apply=add\n"
+	                   "  ROOT r = (f32[1024,1024], f32[]) tuple(t3, rb)\n}\n"
+	                   "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+	                   "  ROOT c = f32[] add(a, b)\n}\n";
+	/* As written: at t2, p, big, t1 and t2 (16 MiB). */
+	recorded = true;
+	plan(text, "v3-8", &p);
+	recorded = false;
+	assert_int_equal(p.n_delayed, 0);
+	assert_true(p.peak_bytes >= 16 * MiB && p.peak_bytes < 16 * MiB + 4096);
+	/* Scheduled: big no longer waits beside the transposes: p and two 4 MiB values at most. */
+	plan(text, "v3-8", &p);
+	assert_true(p.n_delayed > 0);
+	assert_true(p.peak_bytes >= 12 * MiB && p.peak_bytes < 12 * MiB + 4096);
+}
+
 /* Over 16 GiB on a v3 core: refused with the padded buffers as the largest allocations. */
 static void test_plan_out_of_memory(void **state)
 {
@@ -349,6 +378,7 @@ int main(void)
 	    cmocka_unit_test(test_plan_all_gather_strategies),
 	    cmocka_unit_test(test_plan_combining_and_barriers),
 	    cmocka_unit_test(test_plan_liveness),
+	    cmocka_unit_test(test_plan_memory_aware_order),
 	    cmocka_unit_test(test_plan_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -62,7 +62,8 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	                             .all_gather = (enum ag_strategy)o->all_gather,
 	                             .no_alias = o->no_alias,
 	                             .combine_threshold_bytes = o->combine_threshold_bytes,
-	                             .no_fusion = o->no_fusion};
+	                             .no_fusion = o->no_fusion,
+	                             .recorded_order = o->recorded_order};
 	if (rv == ST_OK && (rv = memplan_build(&plan, &m, topo, &mo, a, &st)) != ST_OK)
 		status_set(&st, rv, "%s: %s", o->file, st.message);
 	int code = rv == ST_OK ? (plan.fits ? 0 : 1) : 2;

@@ -18,6 +18,7 @@ struct compile_options {
 	bool no_alias;
 	int64_t combine_threshold_bytes;
 	bool no_fusion;
+	bool recorded_order;
 	const char *svg; /* also draw the plan here (podemu mem) */
 };
 

@@ -54,6 +54,7 @@ static void usage(FILE *f)
 	    "          [--all-gather-strategy native|via-all-reduce|decomposed]\n"
 	    "          [--combine-threshold-bytes SIZE (default 30M; 0: no combining)]\n"
 	    "          [--fusion elementwise|none (default elementwise)]\n"
+	    "          [--scheduler memory-aware|recorded (default memory-aware)]\n"
 	    "  run FILE.hlo  the entry computation as a step on the running pod: parameters\n"
 	    "          filled with --fill V (default 0) or from --param-dir DIR\n"
 	    "          (DIR/param<N>.core<R>.bin); prints each output per core and the peak\n"
@@ -604,6 +605,11 @@ static int cmd_compile_file(const struct cli *o)
 		fprintf(stderr, "podemu compile: --fusion must be elementwise or none\n");
 		return 2;
 	}
+	if (o->up.scheduler && strcmp(o->up.scheduler, "recorded") != 0 &&
+	    strcmp(o->up.scheduler, "memory-aware") != 0) {
+		fprintf(stderr, "podemu compile: --scheduler must be memory-aware or recorded\n");
+		return 2;
+	}
 	int strategy = ag_strategy_parse(o->ag_strategy ? o->ag_strategy : "native");
 	if (strategy < 0) {
 		fprintf(stderr, "podemu compile: --all-gather-strategy must be native, "
@@ -621,6 +627,8 @@ static int cmd_compile_file(const struct cli *o)
 	                             .no_alias = o->no_alias,
 	                             .combine_threshold_bytes = combine,
 	                             .no_fusion = o->up.fusion && strcmp(o->up.fusion, "none") == 0,
+	                             .recorded_order = o->up.scheduler &&
+	                                               strcmp(o->up.scheduler, "recorded") == 0,
 	                             .svg = o->svg};
 	return cmd_compile(&co, &topo);
 }
