@@ -264,30 +264,20 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 		argv[argc++] = "--hbm";
 		argv[argc++] = hbm;
 	}
-	if (o->chunk_bytes != NULL) {
-		argv[argc++] = "--chunk-bytes";
-		argv[argc++] = (char *)o->chunk_bytes;
-	}
-	if (o->collective_timeout_ms != NULL) {
-		argv[argc++] = "--collective-timeout-ms";
-		argv[argc++] = (char *)o->collective_timeout_ms;
-	}
-	if (o->heartbeat_timeout_ms != NULL) {
-		argv[argc++] = "--heartbeat-timeout-ms";
-		argv[argc++] = (char *)o->heartbeat_timeout_ms;
-	}
-	if (o->combine_threshold != NULL) {
-		argv[argc++] = "--combine-threshold-bytes";
-		argv[argc++] = (char *)o->combine_threshold;
-	}
-	if (o->scheduler != NULL) {
-		argv[argc++] = "--scheduler";
-		argv[argc++] = (char *)o->scheduler;
-	}
-	if (o->fusion != NULL) {
-		argv[argc++] = "--fusion";
-		argv[argc++] = (char *)o->fusion;
-	}
+	/* Options passed to the coordinator as given. */
+	const struct {
+		const char *flag, *value;
+	} passed[] = {{"--chunk-bytes", o->chunk_bytes},
+	              {"--collective-timeout-ms", o->collective_timeout_ms},
+	              {"--heartbeat-timeout-ms", o->heartbeat_timeout_ms},
+	              {"--combine-threshold-bytes", o->combine_threshold},
+	              {"--scheduler", o->scheduler},
+	              {"--fusion", o->fusion}};
+	for (size_t k = 0; k < sizeof(passed) / sizeof(passed[0]); k++)
+		if (passed[k].value != NULL) {
+			argv[argc++] = (char *)passed[k].flag;
+			argv[argc++] = (char *)passed[k].value;
+		}
 	argv[argc] = NULL;
 	if (pf->saved_args == 0) {
 		/* A fresh pod: remember its shape for restarts. */
