@@ -284,8 +284,9 @@ static int by_size(const void *x, const void *y, void *arg)
  * order[k] is the instruction run k-th. Collectives, parameters and tuple plumbing keep their
  * places; an unknown op is a computation that may be delayed.
  */
-static int memory_aware_order(const struct hlo_computation *c, bool on, bool tiled, int *order,
-                              int *n_delayed, struct arena *a, struct status *st)
+static int memory_aware_order(const struct hlo_computation *c, const int *merged_into, bool on,
+                              bool tiled, int *order, int *n_delayed, struct arena *a,
+                              struct status *st)
 {
 	static const char *const pinned[] = {"all-gather",
 	                                     "all-gather-start",
@@ -346,8 +347,24 @@ static int memory_aware_order(const struct hlo_computation *c, bool on, bool til
 	if (is(c->root, "tuple"))
 		for (int k = 0; k < c->root->n_operands; k++)
 			held[c->root->operands[k]->index] = true;
+	/* Combined collectives (merged_into[j] = the first of the group) stay with their group. */
+	int *leader = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *next = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *tail = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (!leader || !next || !tail)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0; i < n; i++) {
+		leader[i] = merged_into[i] != i ? merged_into[i] : -1;
+		next[i] = -1;
+		tail[i] = i;
+	}
+	for (int j = 0; j < n; j++)
+		if (leader[j] >= 0) {
+			next[tail[leader[j]]] = j;
+			tail[leader[j]] = j;
+		}
 	struct sched_program p = {n, ops, bytes, first, operands, alias_of, held};
-	return schedule_delays(&p, NULL, NULL, NULL, on, order, n_delayed, a, st);
+	return schedule_delays(&p, leader, next, NULL, on, order, n_delayed, a, st);
 }
 
 /*
@@ -434,8 +451,8 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	int *order = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	if (order == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int rv =
-	    memory_aware_order(c, !opts.recorded_order, opts.tiled, order, &out->n_delayed, a, st);
+	int rv = memory_aware_order(c, at, !opts.recorded_order, opts.tiled, order, &out->n_delayed,
+	                            a, st);
 	if (rv != ST_OK)
 		return rv;
 	/* Positions in the schedule; a merged collective runs where its group's first one does. */
