@@ -5,22 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_float(int dtype)
-{
-	return dtype == DT_F32 || dtype == DT_BF16;
-}
-
+/* An integer element (every integer type is exact in a double). */
 static int64_t load_int(int dtype, const void *p, int64_t i)
 {
-	switch (dtype) {
-	case DT_S32:
-		return ((const int32_t *)p)[i];
-	case DT_U32:
-		return ((const uint32_t *)p)[i];
-	case DT_U8:
-	case DT_PRED:
-		return ((const uint8_t *)p)[i];
-	}
 	return (int64_t)dtype_load(dtype, p, i);
 }
 
@@ -125,7 +112,7 @@ static void binary(const struct kernel_call *k)
 		}
 	}
 	for (int64_t i = 0; i < n; i++) {
-		if (is_float(dt)) {
+		if (dtype_is_float(dt)) {
 			float x = (float)dtype_load(dt, a, i), y = (float)dtype_load(dt, b, i),
 			      r = 0;
 			switch (k->op) {
@@ -195,7 +182,7 @@ static void convert(const struct kernel_call *k)
 		return;
 	}
 	for (int64_t i = 0; i < n; i++) {
-		if (!is_float(from) && !is_float(to))
+		if (!dtype_is_float(from) && !dtype_is_float(to))
 			store_int(to, k->out, i,
 			          to == DT_PRED ? load_int(from, k->in[0], i) != 0
 			                        : load_int(from, k->in[0], i));
@@ -298,9 +285,9 @@ static int reduce(const struct kernel_call *k, struct status *st)
 	if (acc == NULL)
 		return status_set(st, ST_INTERNAL, "reduce: out of host memory");
 	double init = kind == 1 ? -INFINITY : kind == 2 ? INFINITY : kind == 3 ? 1 : 0;
-	if (!is_float(in->dtype) && kind == 1)
+	if (!dtype_is_float(in->dtype) && kind == 1)
 		init = -9.3e18;
-	if (!is_float(in->dtype) && kind == 2)
+	if (!dtype_is_float(in->dtype) && kind == 2)
 		init = 9.3e18;
 	for (int64_t i = 0; i < n_out; i++)
 		acc[i] = init;
@@ -334,7 +321,7 @@ static int reduce(const struct kernel_call *k, struct status *st)
 		next_index(idx, in->dims, in->rank);
 	}
 	for (int64_t i = 0; i < n_out; i++) {
-		if (is_float(out->dtype))
+		if (dtype_is_float(out->dtype))
 			dtype_store(out->dtype, k->out, i, acc[i]);
 		else
 			store_int(out->dtype, k->out, i,
@@ -372,7 +359,7 @@ static void unary(const struct kernel_call *k)
 	int dt = k->out_shape->dtype;
 	int64_t n = shape_elements(k->out_shape);
 	for (int64_t i = 0; i < n; i++) {
-		if (is_float(dt)) {
+		if (dtype_is_float(dt)) {
 			dtype_store(dt, k->out, i, unary_float(k->op, dtype_load(dt, k->in[0], i)));
 			continue;
 		}
@@ -393,10 +380,7 @@ static void compare(const struct kernel_call *k)
 	int64_t n = shape_elements(k->out_shape);
 	uint8_t *o = k->out;
 	for (int64_t i = 0; i < n; i++) {
-		double x =
-		    is_float(dt) ? dtype_load(dt, k->in[0], i) : (double)load_int(dt, k->in[0], i);
-		double y =
-		    is_float(dt) ? dtype_load(dt, k->in[1], i) : (double)load_int(dt, k->in[1], i);
+		double x = dtype_load(dt, k->in[0], i), y = dtype_load(dt, k->in[1], i);
 		switch (dir) {
 		case CMP_EQ:
 			o[i] = x == y;
@@ -549,7 +533,7 @@ static int dot(const struct kernel_call *k, struct status *st)
 				row[j] += x * dtype_load(dt, k->in[1], p * n + j);
 		}
 		for (int64_t j = 0; j < n; j++) {
-			if (is_float(dt))
+			if (dtype_is_float(dt))
 				dtype_store(dt, k->out, i * n + j, row[j]);
 			else
 				store_int(dt, k->out, i * n + j,

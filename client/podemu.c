@@ -619,44 +619,50 @@ pe_tensor *pe_select(pe_tensor *pred, pe_tensor *on_true, pe_tensor *on_false)
 	return node_tensor(c, n);
 }
 
+/* A one-operand op without attributes. */
+static pe_tensor *elementwise1(pe_tensor *a, enum opcode op)
+{
+	return a == NULL ? NULL : unary(a, node_new(a->c, op));
+}
+
 pe_tensor *pe_negate(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_NEGATE));
+	return elementwise1(a, OP_NEGATE);
 }
 
 pe_tensor *pe_not(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_NOT));
+	return elementwise1(a, OP_NOT);
 }
 
 pe_tensor *pe_abs(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_ABS));
+	return elementwise1(a, OP_ABS);
 }
 
 pe_tensor *pe_exponential(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_EXPONENTIAL));
+	return elementwise1(a, OP_EXPONENTIAL);
 }
 
 pe_tensor *pe_log(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_LOG));
+	return elementwise1(a, OP_LOG);
 }
 
 pe_tensor *pe_tanh(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_TANH));
+	return elementwise1(a, OP_TANH);
 }
 
 pe_tensor *pe_sqrt(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_SQRT));
+	return elementwise1(a, OP_SQRT);
 }
 
 pe_tensor *pe_rsqrt(pe_tensor *a)
 {
-	return a == NULL ? NULL : unary(a, node_new(a->c, OP_RSQRT));
+	return elementwise1(a, OP_RSQRT);
 }
 
 pe_tensor *pe_broadcast(pe_tensor *a, const int64_t *dims, int rank,

@@ -132,6 +132,11 @@ uint16_t dtype_f32_to_bf16(float f)
 	return (uint16_t)(bits >> 16);
 }
 
+bool dtype_is_float(int dtype)
+{
+	return dtype == DT_F32 || dtype == DT_BF16;
+}
+
 double dtype_load(int dtype, const void *p, int64_t i)
 {
 	switch (dtype) {

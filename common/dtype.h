@@ -31,6 +31,8 @@ struct shape {
 
 /* Bytes per element, or 0 for an invalid dtype. */
 size_t dtype_size(int dtype);
+/* f32 and bf16. */
+bool dtype_is_float(int dtype);
 /* XLA's spelling ("f32", "bf16", "s32", "u8", "pred", "u32"); "invalid" otherwise. */
 const char *dtype_name(int dtype);
 /* Parses XLA's spelling; returns DT_INVALID when unknown. */

@@ -95,6 +95,34 @@ enum opcode opcode_parse(const char *name)
 	return OP_INVALID;
 }
 
+bool opcode_is_elementwise(enum opcode op)
+{
+	switch (op) {
+	case OP_ADD:
+	case OP_SUBTRACT:
+	case OP_MULTIPLY:
+	case OP_DIVIDE:
+	case OP_MAXIMUM:
+	case OP_MINIMUM:
+	case OP_AND:
+	case OP_OR:
+	case OP_NOT:
+	case OP_NEGATE:
+	case OP_ABS:
+	case OP_EXPONENTIAL:
+	case OP_LOG:
+	case OP_TANH:
+	case OP_SQRT:
+	case OP_RSQRT:
+	case OP_COMPARE:
+	case OP_SELECT:
+	case OP_CONVERT:
+		return true;
+	default:
+		return false;
+	}
+}
+
 int opcode_is_collective(enum opcode op)
 {
 	return op == OP_ALL_GATHER || op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER ||
@@ -152,11 +180,6 @@ static int check_value_fits(const Podemu__Node *n, int dtype, const char *label,
 	return ST_OK;
 }
 
-static bool is_float_type(int dtype)
-{
-	return dtype == DT_F32 || dtype == DT_BF16;
-}
-
 /* XLA's spelling of an element type in messages ("F32"). */
 static const char *type_upper(int dtype)
 {
@@ -182,12 +205,12 @@ static int infer_unary(struct shape *out, const struct shape *a, enum opcode op,
 {
 	bool floating = op == OP_EXPONENTIAL || op == OP_LOG || op == OP_TANH || op == OP_SQRT ||
 	                op == OP_RSQRT;
-	if (floating && !is_float_type(a->dtype))
+	if (floating && !dtype_is_float(a->dtype))
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "%s: Expected element type in shape to be floating or complex "
 		                  "for %s operation; got %s.",
 		                  label, opcode_name(op), type_upper(a->dtype));
-	if (op == OP_NOT && is_float_type(a->dtype))
+	if (op == OP_NOT && dtype_is_float(a->dtype))
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "%s: Expected pred or an integral element type in argument to "
 		                  "Not operation; got %s.",
@@ -344,7 +367,7 @@ static int infer_binary(struct shape *out, const struct shape *a, const struct s
 		                  "%s: Binary op %s with incompatible shapes: %s and %s.", label,
 		                  opcode_name(op), shape_format(sa, sizeof(sa), a),
 		                  shape_format(sb, sizeof(sb), b));
-	if ((op == OP_AND || op == OP_OR) && is_float_type(a->dtype))
+	if ((op == OP_AND || op == OP_OR) && dtype_is_float(a->dtype))
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "%s: Expected pred or integral type in argument to %s "
 		                  "operation; got %s.",
@@ -488,7 +511,7 @@ static int check_collective_reducer(const Podemu__Node *n, const struct shape *i
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "%s: unknown reduction '%s' (add, multiply, max, min, and, or)",
 		                  label, n->reducer);
-	if ((r == RED_AND || r == RED_OR) && (in->dtype == DT_F32 || in->dtype == DT_BF16))
+	if ((r == RED_AND || r == RED_OR) && dtype_is_float(in->dtype))
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "%s: reduction '%s' needs an integer or pred operand, not %s",
 		                  label, reducer_name(r), dtype_name(in->dtype));

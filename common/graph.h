@@ -82,6 +82,12 @@ enum opcode opcode_parse(const char *name);
 enum comparison { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_INVALID };
 enum comparison comparison_parse(const char *name);
 
+/*
+ * True for the elementwise ops (arithmetic, logic, unary math, compare, select, convert):
+ * element i of the result depends on element i of each operand only.
+ */
+bool opcode_is_elementwise(enum opcode op);
+
 /* True for the collectives, which move data between cores. */
 int opcode_is_collective(enum opcode op);
 

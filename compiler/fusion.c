@@ -5,36 +5,7 @@
 
 bool fusion_elementwise(enum opcode op)
 {
-	switch (op) {
-	case OP_ADD:
-	case OP_SUBTRACT:
-	case OP_MULTIPLY:
-	case OP_DIVIDE:
-	case OP_MAXIMUM:
-	case OP_MINIMUM:
-	case OP_AND:
-	case OP_OR:
-	case OP_NOT:
-	case OP_NEGATE:
-	case OP_ABS:
-	case OP_EXPONENTIAL:
-	case OP_LOG:
-	case OP_TANH:
-	case OP_SQRT:
-	case OP_RSQRT:
-	case OP_COMPARE:
-	case OP_SELECT:
-	case OP_CONVERT:
-	case OP_CONSTANT:
-		return true;
-	default:
-		return false;
-	}
-}
-
-bool fusion_root_op(enum opcode op)
-{
-	return fusion_elementwise(op) && op != OP_CONSTANT;
+	return opcode_is_elementwise(op) || op == OP_CONSTANT;
 }
 
 int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena *a)
@@ -62,8 +33,8 @@ int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena 
 	for (int i = n - 1; i >= 0; i--) {
 		int c = consumer[i];
 		if (c < 0 || p->held[i] || !fusion_elementwise(p->ops[i]) ||
-		    !fusion_root_op(p->ops[c]) || segment[c] != segment[i] || p->elements[i] < 0 ||
-		    p->elements[i] != p->elements[c])
+		    !opcode_is_elementwise(p->ops[c]) || segment[c] != segment[i] ||
+		    p->elements[i] < 0 || p->elements[i] != p->elements[c])
 			continue;
 		int root = fused_into[c] >= 0 ? fused_into[c] : c;
 		if (size[root] >= FUSION_MAX_NODES)
@@ -120,7 +91,7 @@ int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum 
 	for (size_t i = 0; i < n && rv == ST_OK; i++) {
 		int r = fused_into[i];
 		if (r != -1 && (r <= (int)i || (size_t)r >= n || fused_into[r] != -1 ||
-		                !fusion_elementwise(ops[i]) || !fusion_root_op(ops[r]) ||
+		                !fusion_elementwise(ops[i]) || !opcode_is_elementwise(ops[r]) ||
 		                shape_elements(&shapes[i]) != shape_elements(&shapes[r])))
 			rv = status_set(st, ST_INVALID_ARGUMENT,
 			                "node %zu (%s) cannot be fused into node %d", i,

@@ -20,8 +20,12 @@
 /* Nodes of one fusion at most (the root included). */
 #define FUSION_MAX_NODES 32
 
-/* True for the ops a fusion may contain: elementwise arithmetic, logic, compare, select,
- * convert; constant only as a producer. */
+/*
+ * True for the ops a fusion may contain: the elementwise ones (opcode_is_elementwise), which
+ * also root a fusion, and constant, only as a producer. An elementwise kernel reads element i
+ * of every operand before writing element i, so its result may also take the buffer of an
+ * operand that dies there (in place).
+ */
 bool fusion_elementwise(enum opcode op);
 
 /* A program as fusion sees it: n nodes in program order. */
@@ -36,13 +40,6 @@ struct fusion_program {
 
 /* fused_into as below for any program; the number of fused nodes, or -1 out of memory. */
 int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena *a);
-
-/*
- * True for the ops that can root a fusion (the elementwise ones but constant). Their kernels
- * read element i of every operand before writing element i of the result, so a result may
- * also take the buffer of an operand that dies there (in place).
- */
-bool fusion_root_op(enum opcode op);
 
 /*
  * Decides the fusions of g (already checked and scheduled; shapes[i] is node i's shape):

@@ -374,7 +374,7 @@ static int memory_aware_order(const struct hlo_computation *c, const int *merged
 static int in_place_buffer(const struct memplan *p, const struct hlo_instruction *in,
                            const struct refs *refs, const int *uses, bool tiled)
 {
-	if (in->shape.type == HT_TUPLE || !fusion_root_op(opcode_parse(in->opcode)))
+	if (in->shape.type == HT_TUPLE || !opcode_is_elementwise(opcode_parse(in->opcode)))
 		return -1;
 	for (int k = 0; k < in->n_operands; k++) {
 		const struct hlo_instruction *o = in->operands[k];

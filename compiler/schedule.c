@@ -50,17 +50,14 @@ bool schedule_is_identity(const struct schedule *s)
 /* What the delaying pass knows about the program. */
 struct sched_ctx {
 	const struct sched_program *p;
-	int n;
-	const enum opcode *ops;
 	int *segment;
 	int *n_uses, *first_use, *uses; /* consumers of node i: uses[first_use[i] ..][n_uses[i]] */
-	const bool *is_output;
 	int *anchor; /* node i runs just before anchor[i] (itself when it keeps its place) */
 };
 
 static bool movable(const struct sched_ctx *x, int i)
 {
-	enum opcode op = x->ops[i];
+	enum opcode op = x->p->ops[i];
 	return op != OP_PARAMETER && op != OP_OPT_BARRIER && op != OP_GET_TUPLE_ELEMENT &&
 	       !opcode_is_collective(op);
 }
@@ -72,7 +69,7 @@ static bool movable(const struct sched_ctx *x, int i)
  */
 static bool free_at(const struct sched_ctx *x, int p, int via, int target, int depth)
 {
-	if (x->ops[p] == OP_PARAMETER || x->is_output[p])
+	if (x->p->ops[p] == OP_PARAMETER || x->p->held[p])
 		return true;
 	bool only_via = true;
 	for (int u = 0; u < x->n_uses[p]; u++) {
@@ -97,7 +94,7 @@ static bool free_at(const struct sched_ctx *x, int p, int via, int target, int d
 static int emit(const struct sched_ctx *x, const int *leader, const int *next, int *head, int *link,
                 int *order)
 {
-	int n = x->n;
+	int n = x->p->n;
 	for (int i = 0; i < n; i++)
 		head[i] = -1;
 	for (int i = n - 1; i >= 0; i--)
@@ -128,7 +125,7 @@ static int64_t live_peak(const struct sched_ctx *x, const int *order, int *posit
                          int *root)
 {
 	const struct sched_program *p = x->p;
-	int n = x->n;
+	int n = x->p->n;
 	for (int k = 0; k < n; k++)
 		position[order[k]] = k;
 	for (int i = 0; i < n; i++) {
@@ -148,7 +145,7 @@ static int64_t live_peak(const struct sched_ctx *x, const int *order, int *posit
 	if (delta == NULL)
 		return INT64_MAX;
 	for (int i = 0; i < n; i++) {
-		if (root[i] != i || last[i] < 0 || x->ops[i] == OP_PARAMETER)
+		if (root[i] != i || last[i] < 0 || x->p->ops[i] == OP_PARAMETER)
 			continue;
 		delta[position[i]] += p->bytes[i];
 		delta[last[i] + 1] -= p->bytes[i]; /* freed once its last user has run */
@@ -210,7 +207,7 @@ int schedule_delays(const struct sched_program *p, const int *leader, const int 
 	 * Delaying, from the last node back: node i runs just before anchor[i], a node that keeps
 	 * its place. A collective that joined a group runs where the group's first one does.
 	 */
-	struct sched_ctx x = {p, n, p->ops, segment, n_uses, first_use, uses, p->held, anchor};
+	struct sched_ctx x = {p, segment, n_uses, first_use, uses, anchor};
 	for (int i = 0; i < n; i++)
 		anchor[i] = leader[i] != -1 ? leader[i] : hoist[i] != -1 ? hoist[i] : i;
 	if (emit(&x, leader, next, head, link, combined) != n)

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fusion.h"
 #include "graph.h"
 #include "topology.h"
 
@@ -68,7 +67,7 @@ static int in_place_operand(const Podemu__Graph *g, int i, enum opcode op, const
                             Podemu__BufferAssignment *const *buffers, const struct shape *shapes)
 {
 	const Podemu__Node *node = g->nodes[i];
-	if (!fusion_root_op(op))
+	if (!opcode_is_elementwise(op))
 		return -1;
 	for (size_t k = 0; k < node->n_operands; k++) {
 		int p = node->operands[k], refs = 0;
