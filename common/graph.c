@@ -200,6 +200,15 @@ static const char *type_upper(int dtype)
 	return "INVALID";
 }
 
+/* XLA's refusal of a pred operand for an arithmetic op. */
+static int pred_not_arithmetic(enum opcode op, const char *label, struct status *st)
+{
+	return status_set(st, ST_INVALID_ARGUMENT,
+	                  "%s: Expected element type in shape to be arithmetic type for operation "
+	                  "%s; got PRED.",
+	                  label, opcode_name(op));
+}
+
 static int infer_unary(struct shape *out, const struct shape *a, enum opcode op, const char *label,
                        struct status *st)
 {
@@ -216,10 +225,7 @@ static int infer_unary(struct shape *out, const struct shape *a, enum opcode op,
 		                  "Not operation; got %s.",
 		                  label, type_upper(a->dtype));
 	if ((op == OP_NEGATE || op == OP_ABS) && a->dtype == DT_PRED)
-		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "%s: Expected element type in shape to be arithmetic type "
-		                  "for operation %s; got PRED.",
-		                  label, opcode_name(op));
+		return pred_not_arithmetic(op, label, st);
 	*out = *a;
 	return ST_OK;
 }
@@ -374,10 +380,7 @@ static int infer_binary(struct shape *out, const struct shape *a, const struct s
 		                  label, opcode_name(op), type_upper(a->dtype));
 	if (a->dtype == DT_PRED && op != OP_MAXIMUM && op != OP_MINIMUM && op != OP_AND &&
 	    op != OP_OR)
-		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "%s: Expected element type in shape to be arithmetic type for "
-		                  "operation %s; got PRED.",
-		                  label, opcode_name(op));
+		return pred_not_arithmetic(op, label, st);
 	*out = *a;
 	return ST_OK;
 }
