@@ -87,6 +87,10 @@ int registry_register(struct registry *r, int requested, const char *control_url
 			goto out;
 		}
 	}
+	/* The same process again (its reply was lost): the place it already has. */
+	for (int i = 0; i < n && index < 0; i++)
+		if (r->hosts[i].registered && r->hosts[i].agent_epoch == agent_epoch)
+			index = i;
 	if (index < 0) {
 		for (int i = 0; i < n && index < 0; i++)
 			if (!r->hosts[i].registered)
@@ -99,6 +103,19 @@ int registry_register(struct registry *r, int requested, const char *control_url
 		}
 	}
 	struct host *h = &r->hosts[index];
+	if (h->registered && h->agent_epoch == agent_epoch &&
+	    strcmp(h->control_url, control_url) == 0) {
+		/*
+		 * A process that registered already asks again, its reply lost or its lease run
+		 * out: it keeps its connection, so that the steps running on it carry on.
+		 */
+		h->alive = true;
+		h->last_heartbeat_ms = registry_now_ms();
+		*host_index = index;
+		*incarnation = h->incarnation;
+		log_info("host %d registered again (pid %d)", index, pid);
+		goto out;
+	}
 	struct rpc_client *client;
 	rv = rpc_client_open(&client, control_url, true, st);
 	if (rv != ST_OK)

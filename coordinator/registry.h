@@ -59,9 +59,10 @@ void registry_destroy(struct registry *r);
 
 /*
  * Registers an agent (lock taken inside). requested is a host index or -1 for the lowest free
- * one; an index that is already registered is taken over (the agent restarted). Validates the
- * URLs and that every host uses the same backing. On success *host_index and *incarnation are
- * set.
+ * one; an index that is already registered is taken over (the agent restarted). The same
+ * process (agent_epoch and control URL) registering again keeps its place, incarnation and
+ * connection. Validates the URLs and that every host uses the same backing. On success
+ * *host_index and *incarnation are set.
  */
 int registry_register(struct registry *r, int requested, const char *control_url,
                       const char *data_url, const char *backing, int pid, uint64_t agent_epoch,

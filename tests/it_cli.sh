@@ -91,6 +91,11 @@ kill -9 "$(cat "$state/agent-1.pid")" && gone "$(cat "$state/agent-1.pid")"
 pe up "${shape[@]}" | grep -q "started the 1 missing processes" || fail "agent not restarted"
 [[ $(cat "$state/coordinator.pid") == "$coordinator" && $(cat "$state/agent-0.pid") == "$agent0" ]] ||
 	fail "podemu up restarted running processes"
+# Ready means the new agent registered, not the killed one whose lease has not yet run out.
+pe status --json | python3 -c '
+import json, sys
+assert json.load(sys.stdin)["hosts"][1]["pid"] == int(sys.argv[1])' "$(cat "$state/agent-1.pid")" ||
+	fail "podemu up returned before the restarted agent registered"
 sums "an agent restart"
 agent1=$(cat "$state/agent-1.pid")
 kill -9 "$coordinator" && gone "$coordinator"

@@ -133,8 +133,13 @@ static void print_log_tail(const char *log)
 }
 
 /* Polls the coordinator until the pod is ready or the deadline passes. */
-static int wait_ready(const char *url, const char *token, int64_t deadline, char *why,
-                      size_t why_len)
+/*
+ * Waits until the coordinator says the pod is ready and every agent this command started
+ * (started[h] = its pid, 0 for a host left alone) has registered itself: until then the
+ * registration of the process it replaces may still stand.
+ */
+static int wait_ready(const char *url, const char *token, const pid_t *started, int num_hosts,
+                      int64_t deadline, char *why, size_t why_len)
 {
 	struct rpc_client *c = NULL;
 	struct status st;
@@ -154,8 +159,14 @@ static int wait_ready(const char *url, const char *token, int64_t deadline, char
 				Podemu__PodStatus *ps = reply;
 				int ready = ps->ready;
 				int alive = 0;
-				for (size_t i = 0; i < ps->n_hosts; i++)
-					alive += ps->hosts[i]->alive;
+				for (size_t i = 0; i < ps->n_hosts; i++) {
+					const Podemu__HostInfo *hi = ps->hosts[i];
+					alive += hi->alive;
+					if (hi->index >= 0 && hi->index < num_hosts &&
+					    started[hi->index] != 0 &&
+					    hi->pid != started[hi->index])
+						ready = 0; /* still the replaced process */
+				}
 				snprintf(why, why_len, "%d of %d hosts registered", alive,
 				         ps->num_hosts);
 				arena_free(a);
@@ -319,7 +330,9 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 }
 
 /* Starts the agent for host index h unless one is running; 1 when started, 0 if not, -1. */
-static int start_agent(struct pod_files *pf, int h, const char *url, const char *backing)
+/* Starts host h's agent unless it runs: 1 and its pid in *pid when started, 0 when not. */
+static int start_agent(struct pod_files *pf, int h, const char *url, const char *backing,
+                       pid_t *pid_out)
 {
 	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX], index[16];
 	snprintf(path, sizeof(path), "%s/agent-%d.pid", pf->dir, h);
@@ -345,6 +358,7 @@ static int start_agent(struct pod_files *pf, int h, const char *url, const char 
 		fprintf(stderr, "podemu up: cannot start %s\n", exe);
 		return -1;
 	}
+	*pid_out = pid;
 	return 1;
 }
 
@@ -500,9 +514,15 @@ int pod_up(const struct up_options *o)
 		if (running_pod(url, pf.token, &num_hosts, backing, sizeof(backing), fallback) != 0)
 			return 1;
 	}
+	pid_t *agent_pids = calloc((size_t)num_hosts, sizeof(pid_t));
+	if (agent_pids == NULL) {
+		fprintf(stderr, "podemu up: out of memory\n");
+		return 1;
+	}
 	for (int h = 0; h < num_hosts; h++) {
-		int got = start_agent(&pf, h, url, backing);
+		int got = start_agent(&pf, h, url, backing, &agent_pids[h]);
 		if (got < 0) {
+			free(agent_pids);
 			if (!resume)
 				pod_down(o->state_dir);
 			return 1;
@@ -510,7 +530,9 @@ int pod_up(const struct up_options *o)
 		started += got;
 	}
 	char why[512] = "no answer";
-	if (wait_ready(url, pf.token, deadline, why, sizeof(why)) != 0) {
+	rv = wait_ready(url, pf.token, agent_pids, num_hosts, deadline, why, sizeof(why));
+	free(agent_pids);
+	if (rv != 0) {
 		fprintf(stderr, "podemu up: the pod did not become ready within %d ms (%s)\n",
 		        o->timeout_ms, why);
 		char log[PATH_MAX];
