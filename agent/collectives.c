@@ -100,6 +100,17 @@ static void notify(void *arg)
 	pthread_mutex_unlock(&dev->lock);
 }
 
+/* A data-plane failure toward host h, said with the cores it serves. */
+static int peer_failed(const struct run *r, int h, int rv, struct status *st)
+{
+	if (rv == ST_OK || rv == DP_BUSY)
+		return rv;
+	int cph = r->dev->cores_per_host;
+	char why[STATUS_MESSAGE_MAX];
+	snprintf(why, sizeof(why), "%s", st->message);
+	return status_set(st, rv, "host %d (cores %d..%d): %s", h, h * cph, (h + 1) * cph - 1, why);
+}
+
 static int get_chan(struct run *r, int ordinal, struct dp_chan **out, struct status *st)
 {
 	int h = host_of(r, ordinal);
@@ -107,7 +118,7 @@ static int get_chan(struct run *r, int ordinal, struct dp_chan **out, struct sta
 		int rv = dp_chan_open(&r->chans[h], r->dev->dp, r->s->prog->peer_data_urls[h],
 		                      r->s->window, r->s->timeout_ms, notify, r->dev, st);
 		if (rv != ST_OK)
-			return rv;
+			return peer_failed(r, h, rv, st);
 	}
 	*out = r->chans[h];
 	return ST_OK;
@@ -169,12 +180,14 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 		}
 	}
 	if (!is_local(r, peer)) {
-		struct dp_chan *ch;
+		struct dp_chan *ch = NULL;
 		int rv = get_chan(r, peer, &ch, st);
 		if (rv != ST_OK)
 			return rv;
 		struct dp_segment seg = {data, (size_t)len};
-		return dp_chan_send(ch, &h, &seg, len > 0 ? 1 : 0, st);
+		/* Staged bytes change before the peer has them: the channel keeps a copy. */
+		return peer_failed(r, host_of(r, peer),
+		                   dp_chan_send(ch, &h, &seg, len > 0 ? 1 : 0, stage, st), st);
 	}
 	if (r->num_posts == r->cap_posts) {
 		int cap = r->cap_posts ? r->cap_posts * 2 : 16;
@@ -294,7 +307,7 @@ static int drain_posts(struct run *r, struct status *st)
 /* Applies one received chunk to the output as the phase says. */
 static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inbox_entry *e)
 {
-	if (!r->dev->backed)
+	if (!r->dev->backed || e->placed)
 		return;
 	int64_t pos = (int64_t)e->h.offset, len = (int64_t)e->h.length;
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) {
@@ -307,6 +320,41 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 	} else {
 		seq_write(r->out, ph->recv_block, pos, e->payload, len);
 	}
+}
+
+static void open_post(struct run *r, const Podemu__CollPhase *ph, uint32_t tag)
+{
+	pthread_mutex_lock(&r->dev->lock);
+	r->s->posts[r->c->local] = (struct recv_post){.open = true,
+	                                              .coll = r->coll,
+	                                              .src = (uint32_t)ph->recv_peer,
+	                                              .tag = tag,
+	                                              .base = r->out,
+	                                              .layout = ph->recv_block,
+	                                              .len = layout_len(ph->recv_block)};
+	pthread_mutex_unlock(&r->dev->lock);
+}
+
+/*
+ * Closes the phase's receive; a chunk still being read into it is waited for (it is complete
+ * when the phase is), or after a failure or the deadline, given up with its stream.
+ */
+static void close_post(struct run *r, bool failed)
+{
+	struct device *dev = r->dev;
+	struct recv_post *p = &r->s->posts[r->c->local];
+	bool cancelled = false;
+	pthread_mutex_lock(&dev->lock);
+	p->open = false;
+	while (p->placing != NULL) {
+		if (!cancelled && (failed || r->s->cancel_code != ST_OK)) {
+			dp_request_cancel(p->placing);
+			cancelled = true;
+		}
+		if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+			failed = true;
+	}
+	pthread_mutex_unlock(&dev->lock);
 }
 
 /*
@@ -325,6 +373,11 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
 	int64_t chunk = r->s->chunk_bytes, sent = 0, recvd = 0;
 	int rv = ph->drain ? drain_posts(r, st) : ST_OK;
+	/* Copied chunks from a peer agent may go straight into place as they are read. */
+	bool post = dev->backed && recv_len > 0 && !is_local(r, ph->recv_peer) &&
+	            ph->kind == PODEMU__PHASE_KIND__PHASE_EXCHANGE && !ph->reduce && !ph->stage;
+	if (post)
+		open_post(r, ph, rtag);
 	while (rv == ST_OK && (sent < send_len || recvd < recv_len)) {
 		pthread_mutex_lock(&dev->lock);
 		uint64_t gen = dev->events;
@@ -359,7 +412,9 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 		}
 		if (rv == ST_OK && ph->send_peer >= 0 && !is_local(r, ph->send_peer) &&
 		    r->chans[host_of(r, ph->send_peer)] != NULL)
-			rv = dp_chan_error(r->chans[host_of(r, ph->send_peer)], st);
+			rv =
+			    peer_failed(r, host_of(r, ph->send_peer),
+			                dp_chan_error(r->chans[host_of(r, ph->send_peer)], st), st);
 		if (rv != ST_OK || progress || (sent >= send_len && recvd >= recv_len))
 			continue;
 		pthread_mutex_lock(&dev->lock);
@@ -378,6 +433,16 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			    r->s->timeout_ms, (long long)recvd, (long long)recv_len, ph->recv_peer,
 			    (long long)sent, (long long)send_len, ph->send_peer);
 	}
+	if (post)
+		close_post(r, rv != ST_OK);
+	/*
+	 * Chunks are written from the buffers themselves: a later phase may overwrite what this
+	 * one sent only once the stream has it.
+	 */
+	if (rv == ST_OK && send_len > 0 && !is_local(r, ph->send_peer) &&
+	    r->chans[host_of(r, ph->send_peer)] != NULL)
+		rv = peer_failed(r, host_of(r, ph->send_peer),
+		                 dp_chan_flush(r->chans[host_of(r, ph->send_peer)], st), st);
 	return rv;
 }
 
@@ -429,7 +494,7 @@ static int finish(struct run *r, int rv, struct status *st)
 		dp_chan_wait(r->chans[h], 0);
 
 		if (rv == ST_OK)
-			rv = dp_chan_error(r->chans[h], st);
+			rv = peer_failed(r, h, dp_chan_error(r->chans[h], st), st);
 		dp_chan_close(r->chans[h]);
 		r->chans[h] = NULL;
 	}
@@ -549,10 +614,43 @@ int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *r
 	e->h = *h;
 	e->payload = payload;
 	e->req = req;
+	if (s->posts[local].placing == req) {
+		s->posts[local].placing = NULL;
+		e->placed = true;
+	}
 	push_entry(s, local, e);
 	dev->events++;
 	pthread_cond_broadcast(&dev->cv);
 	return DP_PARKED;
+}
+
+void *coll_place(struct device *dev, struct step *s, struct dp_request *req,
+                 const struct dp_header *h)
+{
+	int local = (int)h->dst_ordinal - dev->host_index * dev->cores_per_host;
+	if (local < 0 || local >= dev->cores_per_host)
+		return NULL;
+	struct recv_post *p = &s->posts[local];
+	int64_t off = (int64_t)h->offset, len = (int64_t)h->length;
+	if (!p->open || p->placing != NULL || h->collective != p->coll ||
+	    h->src_ordinal != p->src || h->tag != p->tag || len <= 0 || h->covered != h->length ||
+	    off < 0 || off > p->len - len || len > s->chunk_bytes)
+		return NULL;
+	int64_t n;
+	unsigned char *at = piece(p->base, p->layout, off, len, &n);
+	if (n != len)
+		return NULL; /* spans rows: copied by the core */
+	p->placing = req;
+	return at;
+}
+
+void coll_unplace(struct device *dev, struct step *s, struct dp_request *req)
+{
+	for (int c = 0; c < dev->cores_per_host; c++)
+		if (s->posts[c].placing == req)
+			s->posts[c].placing = NULL;
+	dev->events++;
+	pthread_cond_broadcast(&dev->cv);
 }
 
 void coll_step_cleanup(struct device *dev, struct step *s)

@@ -1,5 +1,6 @@
 #include "dataplane.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -7,149 +8,427 @@
 #include <string.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
-#include <nng/protocol/reqrep0/req.h>
 
+#include "clock.h"
 #include "log.h"
 #include "tls.h"
 #include "token.h"
 
-/* Chunk payload plus header; anything larger is refused by the receiving socket. */
+/* The largest payload a receiver accepts; a header announcing more closes the stream. */
 #define DP_MAX_CHUNK (64u * 1024 * 1024)
-#define DP_RECV_MAX (DP_MAX_CHUNK + sizeof(struct dp_header))
-#define DP_INITIAL_WORKERS 8
+/* Payload buffers a receiver keeps for reuse once their chunks are consumed. */
+#define DP_POOL_KEEP 8
+#define DP_MESSAGE_MAX 480
 
-enum { W_RECV, W_PARKED, W_SEND };
-
-struct dp_request {
-	struct dataplane *dp;
-	struct dp_request *next; /* every worker, for shutdown */
-	nng_ctx ctx;
-	nng_aio *aio;
-	nng_msg *msg;
-	int state;
-	struct dp_header header;
+/*
+ * A stream with its closing: nng 1.5 leaves an operation started on a closed TCP stream
+ * pending forever, so operations and the close are ordered here, and one started after the
+ * close completes at once with nothing transferred (which the callbacks take as closed).
+ */
+struct dp_stream {
+	nng_stream *s;
+	pthread_mutex_t lock;
+	bool closed;
 };
 
-struct dp_peer {
-	struct dp_peer *next;
-	char url[256];
-	nng_socket sock;
+static void ds_init(struct dp_stream *ds, nng_stream *s)
+{
+	ds->s = s;
+	ds->closed = false;
+	pthread_mutex_init(&ds->lock, NULL);
+}
+
+static void ds_close(struct dp_stream *ds)
+{
+	pthread_mutex_lock(&ds->lock);
+	ds->closed = true;
+	nng_stream_close(ds->s);
+	pthread_mutex_unlock(&ds->lock);
+}
+
+static void ds_io(struct dp_stream *ds, nng_aio *aio, bool send)
+{
+	pthread_mutex_lock(&ds->lock);
+	if (ds->closed)
+		nng_sleep_aio(0, aio);
+	else if (send)
+		nng_stream_send(ds->s, aio);
+	else
+		nng_stream_recv(ds->s, aio);
+	pthread_mutex_unlock(&ds->lock);
+}
+
+static void ds_fini(struct dp_stream *ds)
+{
+	nng_stream_free(ds->s);
+	pthread_mutex_destroy(&ds->lock);
+}
+
+/* ---- Writing frames to a stream in order, each whole before the next ---- */
+
+struct dp_frame {
+	struct dp_frame *next;
+	nng_iov iov[4];
+	unsigned niov;
+	void (*done)(struct dp_frame *f, int rv); /* written (rv 0) or failed; without locks */
+};
+
+struct dp_writer {
+	pthread_mutex_t lock;
+	struct dp_stream *ds;
+	nng_aio *aio;
+	struct dp_frame *head, *tail; /* head is being written */
+	int error;                    /* once the stream failed, later frames fail at once */
+};
+
+static void writer_send(struct dp_writer *w, struct dp_frame *f)
+{
+	nng_aio_set_iov(w->aio, f->niov, f->iov);
+	ds_io(w->ds, w->aio, true);
+}
+
+static void writer_enqueue(struct dp_writer *w, struct dp_frame *f)
+{
+	f->next = NULL;
+	pthread_mutex_lock(&w->lock);
+	if (w->error != 0) {
+		int e = w->error;
+		pthread_mutex_unlock(&w->lock);
+		f->done(f, e);
+		return;
+	}
+	bool start = w->head == NULL;
+	if (start)
+		w->head = f;
+	else
+		w->tail->next = f;
+	w->tail = f;
+	pthread_mutex_unlock(&w->lock);
+	if (start)
+		writer_send(w, f);
+}
+
+/* Drops the first n bytes of f's vector. */
+static void frame_advance(struct dp_frame *f, size_t n)
+{
+	unsigned k = 0;
+	while (k < f->niov && n >= f->iov[k].iov_len)
+		n -= f->iov[k++].iov_len;
+	if (k < f->niov) {
+		f->iov[k].iov_buf = (char *)f->iov[k].iov_buf + n;
+		f->iov[k].iov_len -= n;
+	}
+	memmove(f->iov, f->iov + k, (f->niov - k) * sizeof(f->iov[0]));
+	f->niov -= k;
+}
+
+/* Fails every queued frame; the stream is broken. */
+static void writer_fail(struct dp_writer *w, int rv)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->error == 0)
+		w->error = rv;
+	struct dp_frame *list = w->head;
+	w->head = w->tail = NULL;
+	pthread_mutex_unlock(&w->lock);
+	while (list != NULL) {
+		struct dp_frame *next = list->next;
+		list->done(list, rv);
+		list = next;
+	}
+}
+
+static void writer_cb(void *arg)
+{
+	struct dp_writer *w = arg;
+	int rv = nng_aio_result(w->aio);
+	size_t n = nng_aio_count(w->aio);
+	if (rv == 0 && n == 0)
+		rv = NNG_ECLOSED;
+	if (rv != 0) {
+		ds_close(w->ds);
+		writer_fail(w, rv);
+		return;
+	}
+	pthread_mutex_lock(&w->lock);
+	struct dp_frame *f = w->head;
+	if (f == NULL) { /* failed meanwhile */
+		pthread_mutex_unlock(&w->lock);
+		return;
+	}
+	frame_advance(f, n);
+	if (f->niov > 0) {
+		pthread_mutex_unlock(&w->lock);
+		writer_send(w, f);
+		return;
+	}
+	w->head = f->next;
+	if (w->head == NULL)
+		w->tail = NULL;
+	struct dp_frame *next = w->head;
+	pthread_mutex_unlock(&w->lock);
+	f->done(f, 0);
+	if (next != NULL)
+		writer_send(w, next);
+}
+
+static int writer_init(struct dp_writer *w, struct dp_stream *ds)
+{
+	pthread_mutex_init(&w->lock, NULL);
+	w->ds = ds;
+	return nng_aio_alloc(&w->aio, writer_cb, w);
+}
+
+/* ---- Reading exactly n bytes ---- */
+
+struct dp_reader {
+	struct dp_stream *ds;
+	nng_aio *aio;
+	char *buf;
+	size_t want, got;
+};
+
+static void reader_more(struct dp_reader *r)
+{
+	nng_iov iov = {r->buf + r->got, r->want - r->got};
+	nng_aio_set_iov(r->aio, 1, &iov);
+	ds_io(r->ds, r->aio, false);
+}
+
+static void reader_read(struct dp_reader *r, void *buf, size_t want)
+{
+	r->buf = buf;
+	r->want = want;
+	r->got = 0;
+	reader_more(r);
+}
+
+/* In the reader's callback: 1 when the bytes are all there, 0 when it reads on, or -1. */
+static int reader_step(struct dp_reader *r, int *err)
+{
+	int rv = nng_aio_result(r->aio);
+	size_t n = nng_aio_count(r->aio);
+	if (rv == 0 && n == 0)
+		rv = NNG_ECONNSHUT;
+	if (rv != 0) {
+		*err = rv;
+		return -1;
+	}
+	r->got += n;
+	if (r->got < r->want) {
+		reader_more(r);
+		return 0;
+	}
+	return 1;
+}
+
+/* ---- The receiving side: one connection per dialling peer ---- */
+
+struct dp_conn {
+	struct dataplane *dp;
+	struct dp_conn *next;
+	struct dp_stream ds;
+	struct dp_writer w;
+	struct dp_reader r;
+	int refs;     /* under dp->lock: the reader while it runs, each request, a closing ack */
+	bool reading; /* the reader holds its reference */
+	struct dp_header h;
+	struct dp_request *req; /* the chunk whose payload is being read */
+	uint64_t discard;       /* payload bytes of a refused chunk still to skip */
+	char *junk;             /* where they go */
+};
+
+struct dp_request {
+	struct dp_conn *conn;
+	struct dp_header header;
+	void *payload; /* buf, or the place the receiver gave */
+	void *buf;
+	size_t cap;
+};
+
+struct ack_frame {
+	struct dp_frame f;
+	struct dp_conn *closing; /* the stream to close once this is written */
+	struct dp_ack a;
+	char message[DP_MESSAGE_MAX];
+};
+
+struct pool_buf {
+	void *p;
+	size_t cap;
 };
 
 struct dataplane {
-	nng_socket sock;
-	char token[TOKEN_MAX + 1];
-	dp_deliver_fn deliver;
-	void *arg;
 	pthread_mutex_t lock;
-	struct dp_request *workers;
+	char token[TOKEN_MAX + 1];
+	struct dp_handlers on;
+	nng_stream_listener *listener;
+	nng_aio *accept;
+	struct dp_conn *conns;
 	struct dp_peer *peers;
+	struct pool_buf pool[DP_POOL_KEEP];
+	int pool_n;
+	int refs; /* the owner until dp_stop, each connection and each peer */
 	int stopping;
 };
 
-static void dp_worker_cb(void *arg);
-
-static int dp_worker_start(struct dataplane *dp)
+static void *pool_get(struct dataplane *dp, size_t len, size_t *cap)
 {
-	struct dp_request *w = calloc(1, sizeof(*w));
-	if (w == NULL)
-		return -1;
-	w->dp = dp;
-	if (nng_ctx_open(&w->ctx, dp->sock) != 0) {
-		free(w);
-		return -1;
-	}
-	if (nng_aio_alloc(&w->aio, dp_worker_cb, w) != 0) {
-		nng_ctx_close(w->ctx);
-		free(w);
-		return -1;
-	}
 	pthread_mutex_lock(&dp->lock);
-	w->next = dp->workers;
-	dp->workers = w;
-	w->state = W_RECV;
+	int best = -1;
+	for (int i = 0; i < dp->pool_n; i++)
+		if (dp->pool[i].cap >= len && (best < 0 || dp->pool[i].cap < dp->pool[best].cap))
+			best = i;
+	if (best >= 0) {
+		void *p = dp->pool[best].p;
+		*cap = dp->pool[best].cap;
+		dp->pool[best] = dp->pool[--dp->pool_n];
+		pthread_mutex_unlock(&dp->lock);
+		return p;
+	}
 	pthread_mutex_unlock(&dp->lock);
-	nng_ctx_recv(w->ctx, w->aio);
-	return 0;
+	*cap = len;
+	return malloc(len);
 }
 
-static void dp_reply(struct dp_request *w, int code, const char *message)
+/* Lock held. */
+static void pool_put_locked(struct dataplane *dp, void *p, size_t cap)
 {
-	nng_msg *reply;
-	if (w->msg != NULL) {
-		nng_msg_free(w->msg);
-		w->msg = NULL;
-	}
-	size_t len = message ? strlen(message) : 0;
-	if (nng_msg_alloc(&reply, 4 + len) != 0) {
-		w->state = W_RECV;
-		nng_ctx_recv(w->ctx, w->aio);
+	if (p == NULL)
+		return;
+	if (dp->pool_n < DP_POOL_KEEP && !dp->stopping) {
+		dp->pool[dp->pool_n++] = (struct pool_buf){p, cap};
 		return;
 	}
-	uint32_t c = (uint32_t)code;
-	memcpy(nng_msg_body(reply), &c, 4);
-	if (len)
-		memcpy((char *)nng_msg_body(reply) + 4, message, len);
-	w->state = W_SEND;
-	nng_aio_set_msg(w->aio, reply);
-	nng_ctx_send(w->ctx, w->aio);
+	/* Full: keep the larger buffers, which chunks of any size fit. */
+	int smallest = -1;
+	for (int i = 0; i < dp->pool_n; i++)
+		if (dp->pool[i].cap < cap &&
+		    (smallest < 0 || dp->pool[i].cap < dp->pool[smallest].cap))
+			smallest = i;
+	if (smallest >= 0) {
+		free(dp->pool[smallest].p);
+		dp->pool[smallest] = (struct pool_buf){p, cap};
+		return;
+	}
+	free(p);
 }
 
-static void dp_handle(struct dp_request *w)
+static void dp_free(struct dataplane *dp)
 {
-	struct dataplane *dp = w->dp;
-	struct status st;
-	status_clear(&st);
-	size_t len = nng_msg_len(w->msg);
-	if (len < sizeof(struct dp_header)) {
-		dp_reply(w, ST_INVALID_ARGUMENT, "data-plane chunk shorter than its header");
-		return;
-	}
-	memcpy(&w->header, nng_msg_body(w->msg), sizeof(w->header));
-	if (w->header.magic != DP_MAGIC || w->header.length != len - sizeof(struct dp_header)) {
-		dp_reply(w, ST_INVALID_ARGUMENT, "malformed data-plane chunk header");
-		return;
-	}
-	if (dp->token[0] != '\0' &&
-	    !token_matches(dp->token, w->header.token, strnlen(w->header.token, TOKEN_MAX))) {
-		dp_reply(w, ST_UNAUTHENTICATED, "chunk carries no pod token, or a wrong one");
-		return;
-	}
-
-	int rv = dp->deliver(dp->arg, w, &w->header,
-	                     (const char *)nng_msg_body(w->msg) + sizeof(struct dp_header), &st);
-	if (rv == DP_PARKED) {
-		/* This worker now waits for the collective; keep receiving on a new one. */
-		if (dp_worker_start(dp) != 0)
-			log_error("data plane: cannot start a receive worker");
-		return;
-	}
-	dp_reply(w, rv, rv == ST_OK ? NULL : st.message);
+	for (int i = 0; i < dp->pool_n; i++)
+		free(dp->pool[i].p);
+	pthread_mutex_destroy(&dp->lock);
+	free(dp);
 }
 
-static void dp_worker_cb(void *arg)
+/* Frees a connection nobody uses any more. Never from one of its own callbacks. */
+static void conn_free(struct dp_conn *c)
 {
-	struct dp_request *w = arg;
-	int rv = nng_aio_result(w->aio);
-	if (w->state == W_SEND) {
-		if (rv != 0)
-			nng_msg_free(nng_aio_get_msg(w->aio));
-		if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
-			return;
-		w->state = W_RECV;
-		nng_ctx_recv(w->ctx, w->aio);
+	ds_close(&c->ds);
+	nng_aio_free(c->r.aio);
+	nng_aio_free(c->w.aio);
+	writer_fail(&c->w, NNG_ECLOSED); /* acknowledgements never started */
+	ds_fini(&c->ds);
+	free(c->junk);
+	pthread_mutex_destroy(&c->w.lock);
+	free(c);
+}
+
+static void dp_unref(struct dataplane *dp, int n)
+{
+	pthread_mutex_lock(&dp->lock);
+	dp->refs -= n;
+	bool gone = dp->refs == 0;
+	pthread_mutex_unlock(&dp->lock);
+	if (gone)
+		dp_free(dp);
+}
+
+/* Frees the connections whose last user is gone; dp itself may go with them. */
+static void reap_conns(struct dataplane *dp)
+{
+	struct dp_conn *dead = NULL;
+	int n = 0;
+	pthread_mutex_lock(&dp->lock);
+	for (struct dp_conn **pp = &dp->conns; *pp != NULL;) {
+		struct dp_conn *c = *pp;
+		if (c->refs > 0) {
+			pp = &c->next;
+			continue;
+		}
+		*pp = c->next;
+		c->next = dead;
+		dead = c;
+		n++;
+	}
+	pthread_mutex_unlock(&dp->lock);
+	while (dead != NULL) {
+		struct dp_conn *next = dead->next;
+		conn_free(dead);
+		dead = next;
+	}
+	if (n > 0)
+		dp_unref(dp, n);
+}
+
+static void conn_unref(struct dp_conn *c)
+{
+	pthread_mutex_lock(&c->dp->lock);
+	c->refs--;
+	pthread_mutex_unlock(&c->dp->lock);
+}
+
+/* The reader stops and lets go of the connection. */
+static void conn_stop_reading(struct dp_conn *c)
+{
+	pthread_mutex_lock(&c->dp->lock);
+	if (c->reading) {
+		c->reading = false;
+		c->refs--;
+	}
+	pthread_mutex_unlock(&c->dp->lock);
+}
+
+static void ack_done(struct dp_frame *f, int rv)
+{
+	(void)rv;
+	struct ack_frame *a = (struct ack_frame *)f;
+	if (a->closing != NULL) {
+		ds_close(&a->closing->ds);
+		conn_unref(a->closing);
+	}
+	free(a);
+}
+
+/* Writes an acknowledgement; with closing, the stream closes once it is out. */
+static void conn_ack(struct dp_conn *c, uint32_t chan, uint32_t slot, int code, const char *message,
+                     bool closing)
+{
+	struct ack_frame *a = calloc(1, sizeof(*a));
+	if (a == NULL) {
+		ds_close(&c->ds); /* the sender learns it from the closed stream */
 		return;
 	}
-	if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
-		return;
-	if (rv != 0) {
-		nng_ctx_recv(w->ctx, w->aio);
-		return;
+	size_t len = message != NULL ? strnlen(message, DP_MESSAGE_MAX) : 0;
+	memcpy(a->message, message != NULL ? message : "", len);
+	a->a = (struct dp_ack){.magic = DP_ACK_MAGIC,
+	                       .flags = closing ? DP_ACK_CLOSING : 0,
+	                       .chan = chan,
+	                       .slot = slot,
+	                       .code = code,
+	                       .len = (uint32_t)len};
+	a->f.iov[0] = (nng_iov){&a->a, sizeof(a->a)};
+	a->f.iov[1] = (nng_iov){a->message, len};
+	a->f.niov = len > 0 ? 2 : 1;
+	a->f.done = ack_done;
+	if (closing) {
+		pthread_mutex_lock(&c->dp->lock);
+		c->refs++;
+		pthread_mutex_unlock(&c->dp->lock);
+		a->closing = c;
 	}
-	w->msg = nng_aio_get_msg(w->aio);
-	w->state = W_PARKED;
-	dp_handle(w);
+	writer_enqueue(&c->w, &a->f);
 }
 
 const struct dp_header *dp_request_header(const struct dp_request *req)
@@ -159,46 +438,220 @@ const struct dp_header *dp_request_header(const struct dp_request *req)
 
 const void *dp_request_payload(const struct dp_request *req)
 {
-	return (const char *)nng_msg_body(req->msg) + sizeof(struct dp_header);
+	return req->payload != NULL ? req->payload : "";
+}
+
+void dp_request_cancel(struct dp_request *req)
+{
+	ds_close(&req->conn->ds);
 }
 
 void dp_complete(struct dp_request *req, int code, const char *message)
 {
-	dp_reply(req, code, code == ST_OK ? NULL : message);
+	struct dp_conn *c = req->conn;
+	conn_ack(c, req->header.chan, req->header.slot, code, code == ST_OK ? NULL : message,
+	         false);
+	struct dataplane *dp = c->dp;
+	pthread_mutex_lock(&dp->lock);
+	pool_put_locked(dp, req->buf, req->cap);
+	c->refs--;
+	bool last = dp->stopping && c->refs == 0;
+	pthread_mutex_unlock(&dp->lock);
+	free(req);
+	if (last) /* dp_stop left this connection to its last request */
+		reap_conns(dp);
 }
 
-int dp_start(struct dataplane **out, const char *url, char *bound_url, dp_deliver_fn deliver,
-             void *arg, struct status *st)
+/* Refuses the stream's latest frame and stops reading it: framing is lost. */
+static void conn_refuse(struct dp_conn *c, int code, const char *message)
+{
+	log_warn("data plane: closing a connection: %s", message);
+	conn_ack(c, c->h.chan, c->h.slot, code, message, true);
+	conn_stop_reading(c);
+}
+
+/* Hands the chunk whose payload is complete to the receiver, then reads the next header. */
+static void conn_deliver(struct dp_conn *c)
+{
+	struct dataplane *dp = c->dp;
+	struct dp_request *req = c->req;
+	c->req = NULL;
+	struct status st;
+	status_clear(&st);
+	int rv = dp->on.deliver(dp->on.arg, req, &req->header, dp_request_payload(req), &st);
+	if (rv != DP_PARKED)
+		dp_complete(req, rv, rv == ST_OK ? NULL : st.message);
+	reader_read(&c->r, &c->h, sizeof(c->h));
+}
+
+#define DP_JUNK 65536
+
+/* Reads the next piece of a refused payload, or the next header once it is all skipped. */
+static void conn_skip(struct dp_conn *c)
+{
+	if (c->discard == 0) {
+		reader_read(&c->r, &c->h, sizeof(c->h));
+		return;
+	}
+	if (c->junk == NULL && (c->junk = malloc(DP_JUNK)) == NULL) {
+		conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		return;
+	}
+	size_t n = c->discard < DP_JUNK ? (size_t)c->discard : DP_JUNK;
+	c->discard -= n;
+	reader_read(&c->r, c->junk, n);
+}
+
+/* Checks a header, then reads the payload (if any) into its place or a buffer. */
+static void conn_header(struct dp_conn *c)
+{
+	struct dataplane *dp = c->dp;
+	if (c->h.magic != DP_MAGIC || c->h.length > DP_MAX_CHUNK) {
+		conn_refuse(c, ST_INVALID_ARGUMENT, "malformed data-plane chunk header");
+		return;
+	}
+	if (dp->token[0] != '\0' &&
+	    !token_matches(dp->token, c->h.token, strnlen(c->h.token, sizeof(c->h.token)))) {
+		/* Framing holds: refuse this chunk, skip its payload, and read on. */
+		conn_ack(c, c->h.chan, c->h.slot, ST_UNAUTHENTICATED,
+		         "chunk carries no pod token, or a wrong one", false);
+		c->discard = c->h.length;
+		conn_skip(c);
+		return;
+	}
+	struct dp_request *req = calloc(1, sizeof(*req));
+	if (req == NULL) {
+		conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		return;
+	}
+	req->conn = c;
+	req->header = c->h;
+	pthread_mutex_lock(&dp->lock);
+	c->refs++;
+	pthread_mutex_unlock(&dp->lock);
+	c->req = req;
+	if (c->h.length == 0) {
+		conn_deliver(c);
+		return;
+	}
+	if (dp->on.place != NULL)
+		req->payload = dp->on.place(dp->on.arg, req, &req->header);
+	if (req->payload == NULL) {
+		req->payload = req->buf = pool_get(dp, c->h.length, &req->cap);
+		if (req->buf == NULL) {
+			c->req = NULL;
+			conn_unref(c);
+			free(req);
+			conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory for a chunk");
+			return;
+		}
+	}
+	reader_read(&c->r, req->payload, c->h.length);
+}
+
+static void conn_read_cb(void *arg)
+{
+	struct dp_conn *c = arg;
+	int err = 0;
+	int rv = reader_step(&c->r, &err);
+	if (rv == 0)
+		return;
+	if (rv < 0) {
+		/* The peer went away (or dp_stop closed us): parked requests still answer. */
+		ds_close(&c->ds);
+		struct dp_request *req = c->req;
+		c->req = NULL;
+		if (req != NULL) {
+			/* A payload cut short: nobody gets it. */
+			if (req->buf == NULL && c->dp->on.unplace != NULL)
+				c->dp->on.unplace(c->dp->on.arg, req);
+			struct dataplane *dp = c->dp;
+			pthread_mutex_lock(&dp->lock);
+			pool_put_locked(dp, req->buf, req->cap);
+			c->refs--;
+			pthread_mutex_unlock(&dp->lock);
+			free(req);
+		}
+		conn_stop_reading(c);
+		return;
+	}
+	if (c->req != NULL)
+		conn_deliver(c);
+	else if (c->r.buf == c->junk)
+		conn_skip(c);
+	else
+		conn_header(c);
+}
+
+static void accept_cb(void *arg)
+{
+	struct dataplane *dp = arg;
+	int rv = nng_aio_result(dp->accept);
+	if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+		return;
+	if (rv == 0) {
+		nng_stream *s = nng_aio_get_output(dp->accept, 0);
+		/* Acknowledgements are small writes that must not wait for Nagle's timer. */
+		nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
+		struct dp_conn *c = calloc(1, sizeof(*c));
+		if (c != NULL)
+			ds_init(&c->ds, s);
+		if (c == NULL || writer_init(&c->w, &c->ds) != 0 ||
+		    nng_aio_alloc(&c->r.aio, conn_read_cb, c) != 0) {
+			if (c != NULL) {
+				nng_aio_free(c->w.aio);
+				pthread_mutex_destroy(&c->ds.lock);
+				free(c);
+			}
+			nng_stream_free(s);
+			log_error("data plane: out of memory for a connection");
+		} else {
+			c->dp = dp;
+			c->r.ds = &c->ds;
+			c->refs = 1;
+			c->reading = true;
+			pthread_mutex_lock(&dp->lock);
+			bool stopping = dp->stopping;
+			if (!stopping) {
+				c->next = dp->conns;
+				dp->conns = c;
+				dp->refs++;
+			}
+			pthread_mutex_unlock(&dp->lock);
+			if (stopping) {
+				conn_free(c);
+				return;
+			}
+			reader_read(&c->r, &c->h, sizeof(c->h));
+		}
+	}
+	nng_stream_listener_accept(dp->listener, dp->accept);
+}
+
+int dp_start(struct dataplane **out, const char *url, char *bound_url,
+             const struct dp_handlers *handlers, struct status *st)
 {
 	struct dataplane *dp = calloc(1, sizeof(*dp));
 	if (dp == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	dp->deliver = deliver;
-	dp->arg = arg;
+	dp->on = *handlers;
+	dp->refs = 1;
 	pthread_mutex_init(&dp->lock, NULL);
-	int rv = nng_rep0_open(&dp->sock);
-	nng_listener l;
-	if (rv == 0) {
-		nng_socket_set_size(dp->sock, NNG_OPT_RECVMAXSZ, DP_RECV_MAX);
-		if (tls_listener_create(&l, dp->sock, url, st) != ST_OK) {
-			nng_close(dp->sock);
-			pthread_mutex_destroy(&dp->lock);
-			free(dp);
-			return st->code;
-		}
-		rv = nng_listener_start(l, 0);
-		if (rv != 0)
-			nng_close(dp->sock);
+	if (tls_stream_listener_create(&dp->listener, url, st) != ST_OK) {
+		dp_free(dp);
+		return st->code;
 	}
+	int rv = nng_stream_listener_listen(dp->listener);
+	if (rv == 0)
+		rv = nng_aio_alloc(&dp->accept, accept_cb, dp);
 	if (rv != 0) {
-		pthread_mutex_destroy(&dp->lock);
-		free(dp);
+		nng_stream_listener_free(dp->listener);
+		dp_free(dp);
 		return status_set(st, ST_UNAVAILABLE, "data plane cannot listen on %s: %s", url,
 		                  nng_strerror(rv));
 	}
-	tls_bound_url(bound_url, url, l);
-	for (int i = 0; i < DP_INITIAL_WORKERS; i++)
-		dp_worker_start(dp);
+	tls_stream_bound_url(bound_url, url, dp->listener);
+	nng_stream_listener_accept(dp->listener, dp->accept);
 	*out = dp;
 	return ST_OK;
 }
@@ -208,160 +661,121 @@ void dp_set_token(struct dataplane *dp, const char *token)
 	snprintf(dp->token, sizeof(dp->token), "%s", token ? token : "");
 }
 
-void dp_stop(struct dataplane *dp)
-{
-	if (dp == NULL)
-		return;
-	pthread_mutex_lock(&dp->lock);
-	dp->stopping = 1;
-	struct dp_request *workers = dp->workers;
-	dp->workers = NULL;
-	pthread_mutex_unlock(&dp->lock);
-	nng_close(dp->sock);
-	for (struct dp_request *w = workers; w != NULL;) {
-		struct dp_request *next = w->next;
-		nng_aio_free(w->aio);
-		if (w->msg != NULL)
-			nng_msg_free(w->msg);
-		free(w);
-		w = next;
-	}
-	for (struct dp_peer *p = dp->peers; p != NULL;) {
-		struct dp_peer *next = p->next;
-		nng_close(p->sock);
-		free(p);
-		p = next;
-	}
-	pthread_mutex_destroy(&dp->lock);
-	free(dp);
-}
+/* ---- The sending side: one stream per peer agent, shared by channels ---- */
 
-/* Returns the req socket dialled to url, dialling it on first use. */
-static int dp_peer_socket(struct dataplane *dp, const char *url, nng_socket *out, struct status *st)
-{
-	pthread_mutex_lock(&dp->lock);
-	struct dp_peer *p;
-	for (p = dp->peers; p != NULL; p = p->next)
-		if (strcmp(p->url, url) == 0)
-			break;
-	int rv = 0;
-	if (p == NULL) {
-		p = calloc(1, sizeof(*p));
-		if (p == NULL) {
-			pthread_mutex_unlock(&dp->lock);
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		}
-		snprintf(p->url, sizeof(p->url), "%s", url);
-		rv = nng_req0_open(&p->sock);
-		if (rv == 0) {
-			nng_socket_set_ms(p->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-			nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, 64 * 1024);
-			nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 20);
-			nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 500);
-			nng_dialer d;
-			if (tls_dialer_create(&d, p->sock, url, st) != ST_OK) {
-				nng_close(p->sock);
-				free(p);
-				pthread_mutex_unlock(&dp->lock);
-				return st->code;
-			}
-			rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
-			if (rv != 0)
-				nng_close(p->sock);
-		}
-		if (rv != 0) {
-			free(p);
-			pthread_mutex_unlock(&dp->lock);
-			return status_set(st, ST_UNAVAILABLE, "cannot dial peer %s: %s", url,
-			                  nng_strerror(rv));
-		}
-		p->next = dp->peers;
-		dp->peers = p;
-	}
-	*out = p->sock;
-	pthread_mutex_unlock(&dp->lock);
-	return ST_OK;
-}
-
-enum { S_IDLE, S_SENDING, S_RECEIVING };
+struct dp_peer {
+	struct dataplane *dp;
+	struct dp_peer *next;
+	char url[256];
+	int refs; /* under dp->lock: the peer list's and each channel's */
+	struct dp_stream ds;
+	struct dp_writer w;
+	struct dp_reader r;
+	struct dp_ack ack;
+	char ack_message[DP_MESSAGE_MAX + 1];
+	bool reading_message;
+	pthread_mutex_t lock; /* the channels and the failure */
+	struct dp_chan **chans;
+	int num_chans, cap_chans;
+	uint32_t next_chan;
+	bool failed;
+	bool closing; /* the receiver said it closes: no new channel takes this stream */
+	char why[512];
+};
 
 struct dp_slot {
+	struct dp_frame frame; /* first: frames are found back as slots */
 	struct dp_chan *ch;
-	nng_ctx ctx;
-	nng_aio *aio;
-	int state;
+	struct dp_header h;
+	unsigned char *copy;
+	size_t copy_cap;
+	bool busy, writing, awaiting;
 };
 
 struct dp_chan {
-	struct dataplane *dp;
+	struct dp_peer *peer;
+	uint32_t id;
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
-	char url[256];
 	void (*notify)(void *);
 	void *notify_arg;
 	int window;
 	int in_flight;
-	bool aborted; /* no new sends, and no waiting for acknowledgements */
+	int timeout_ms;
+	bool aborted;
 	int code;
 	char message[512];
 	struct dp_slot *slots;
-	int num_slots;
 };
 
-static void dp_chan_fail(struct dp_chan *ch, int code, const char *fmt, const char *a,
-                         const char *b)
+static void chan_fail_locked(struct dp_chan *ch, int code, const char *message)
 {
 	if (ch->code == ST_OK) {
 		ch->code = code;
-		snprintf(ch->message, sizeof(ch->message), fmt, a, b);
+		snprintf(ch->message, sizeof(ch->message), "%s", message);
 	}
 }
 
-static void dp_slot_cb(void *arg)
+/* Frees a slot once it is written and acknowledged (or given up); ch->lock held. */
+static void slot_settle_locked(struct dp_chan *ch, struct dp_slot *s)
 {
-	struct dp_slot *s = arg;
-	struct dp_chan *ch = s->ch;
-	int rv = nng_aio_result(s->aio);
-	pthread_mutex_lock(&ch->lock);
-	if (s->state == S_SENDING && rv == 0 && !ch->aborted) {
-		s->state = S_RECEIVING;
-		pthread_mutex_unlock(&ch->lock);
-		nng_ctx_recv(s->ctx, s->aio);
-		/* An abort between the unlock and the recv cancelled nothing: cancel it now. */
-		pthread_mutex_lock(&ch->lock);
-		bool aborted = ch->aborted;
-		pthread_mutex_unlock(&ch->lock);
-		if (aborted)
-			nng_aio_cancel(s->aio);
+	if (s->busy && !s->writing && !s->awaiting) {
+		s->busy = false;
+		ch->in_flight--;
+		pthread_cond_broadcast(&ch->cv);
+	}
+}
+
+/* The peer's stream broke: every channel on it fails and nothing more is awaited. */
+static void peer_fail(struct dp_peer *p, int code, const char *why)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->failed) {
+		pthread_mutex_unlock(&p->lock);
 		return;
 	}
-	if (s->state == S_SENDING && rv == 0) {
-		/* Sent (nng owns the message), but nobody waits for the acknowledgement any more.
-		 */
-		s->state = S_RECEIVING;
-		rv = NNG_ECANCELED;
-	}
-	if (rv != 0) {
-		if (s->state == S_SENDING)
-			nng_msg_free(nng_aio_get_msg(s->aio));
-		dp_chan_fail(ch, rv == NNG_ETIMEDOUT ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
-		             "peer %s did not acknowledge a chunk: %s", ch->url, nng_strerror(rv));
-	} else {
-		nng_msg *reply = nng_aio_get_msg(s->aio);
-		uint32_t code = ST_INTERNAL;
-		if (nng_msg_len(reply) >= 4)
-			memcpy(&code, nng_msg_body(reply), 4);
-		if (code != ST_OK && ch->code == ST_OK) {
-			ch->code = (int)code;
-			snprintf(ch->message, sizeof(ch->message), "peer %s: %.*s", ch->url,
-			         (int)(nng_msg_len(reply) >= 4 ? nng_msg_len(reply) - 4 : 0),
-			         (const char *)nng_msg_body(reply) + 4);
+	p->failed = true;
+	snprintf(p->why, sizeof(p->why), "%s", why);
+	void (*notify)(void *) = NULL;
+	void *notify_arg = NULL;
+	for (int i = 0; i < p->num_chans; i++) {
+		struct dp_chan *ch = p->chans[i];
+		pthread_mutex_lock(&ch->lock);
+		chan_fail_locked(ch, code, why);
+		for (int k = 0; k < ch->window; k++) {
+			ch->slots[k].awaiting = false;
+			slot_settle_locked(ch, &ch->slots[k]);
 		}
-		nng_msg_free(reply);
+		pthread_cond_broadcast(&ch->cv);
+		if (ch->notify != NULL) {
+			notify = ch->notify;
+			notify_arg = ch->notify_arg;
+		}
+		pthread_mutex_unlock(&ch->lock);
 	}
-	s->state = S_IDLE;
-	ch->in_flight--;
-	pthread_cond_broadcast(&ch->cv);
+	pthread_mutex_unlock(&p->lock);
+	ds_close(&p->ds); /* queued frames fail and settle their slots */
+	/* Channels of one agent notify the same waiters: once is enough. */
+	if (notify != NULL)
+		notify(notify_arg);
+}
+
+static void slot_written(struct dp_frame *f, int rv)
+{
+	struct dp_slot *s = (struct dp_slot *)f;
+	struct dp_chan *ch = s->ch;
+	struct dp_peer *p = ch->peer;
+	if (rv != 0) {
+		char why[512];
+		snprintf(why, sizeof(why), "cannot send to peer %s: %s", p->url, nng_strerror(rv));
+		peer_fail(p, ST_UNAVAILABLE, why);
+	}
+	pthread_mutex_lock(&ch->lock);
+	s->writing = false;
+	if (rv != 0)
+		s->awaiting = false;
+	slot_settle_locked(ch, s);
+	pthread_cond_broadcast(&ch->cv); /* dp_chan_flush */
 	void (*notify)(void *) = ch->notify;
 	void *notify_arg = ch->notify_arg;
 	pthread_mutex_unlock(&ch->lock);
@@ -369,101 +783,363 @@ static void dp_slot_cb(void *arg)
 		notify(notify_arg);
 }
 
+static void peer_acked(struct dp_peer *p)
+{
+	const struct dp_ack *a = &p->ack;
+	void (*notify)(void *) = NULL;
+	void *notify_arg = NULL;
+	pthread_mutex_lock(&p->lock);
+	for (int i = 0; i < p->num_chans; i++) {
+		struct dp_chan *ch = p->chans[i];
+		if (ch->id != a->chan)
+			continue;
+		pthread_mutex_lock(&ch->lock);
+		if (a->slot < (uint32_t)ch->window && ch->slots[a->slot].awaiting) {
+			struct dp_slot *s = &ch->slots[a->slot];
+			s->awaiting = false;
+			if (a->code != ST_OK) {
+				char why[600];
+				snprintf(why, sizeof(why), "peer %s: %s", p->url, p->ack_message);
+				chan_fail_locked(ch, a->code, why);
+			}
+			slot_settle_locked(ch, s);
+		}
+		notify = ch->notify;
+		notify_arg = ch->notify_arg;
+		pthread_mutex_unlock(&ch->lock);
+		break;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (notify != NULL)
+		notify(notify_arg);
+}
+
+static void peer_read_cb(void *arg)
+{
+	struct dp_peer *p = arg;
+	int err = 0;
+	int rv = reader_step(&p->r, &err);
+	if (rv == 0)
+		return;
+	if (rv < 0) {
+		char why[512];
+		snprintf(why, sizeof(why), "peer %s closed the data-plane connection: %s", p->url,
+		         nng_strerror(err));
+		peer_fail(p, ST_UNAVAILABLE, why);
+		return;
+	}
+	if (!p->reading_message) {
+		if (p->ack.magic != DP_ACK_MAGIC || p->ack.len > DP_MESSAGE_MAX) {
+			peer_fail(p, ST_INTERNAL, "malformed data-plane acknowledgement");
+			return;
+		}
+		if (p->ack.len > 0) {
+			p->reading_message = true;
+			reader_read(&p->r, p->ack_message, p->ack.len);
+			return;
+		}
+	}
+	p->ack_message[p->ack.len] = '\0';
+	p->reading_message = false;
+	bool closing = (p->ack.flags & DP_ACK_CLOSING) != 0;
+	if (closing) {
+		/* Before the channel learns why: a new channel must dial afresh. */
+		pthread_mutex_lock(&p->lock);
+		p->closing = true;
+		pthread_mutex_unlock(&p->lock);
+	}
+	peer_acked(p);
+	if (closing) {
+		char why[600];
+		snprintf(why, sizeof(why), "peer %s closed the connection: %s", p->url,
+		         p->ack_message);
+		peer_fail(p, ST_UNAVAILABLE, why);
+		return;
+	}
+	reader_read(&p->r, &p->ack, sizeof(p->ack));
+}
+
+/* Never from the peer's own callbacks. */
+static void peer_free(struct dp_peer *p)
+{
+	struct dataplane *dp = p->dp;
+	ds_close(&p->ds);
+	nng_aio_free(p->r.aio);
+	nng_aio_free(p->w.aio);
+	writer_fail(&p->w, NNG_ECLOSED);
+	ds_fini(&p->ds);
+	pthread_mutex_destroy(&p->w.lock);
+	pthread_mutex_destroy(&p->lock);
+	free(p->chans);
+	free(p);
+	dp_unref(dp, 1);
+}
+
+static void peer_unref(struct dp_peer *p)
+{
+	struct dataplane *dp = p->dp;
+	pthread_mutex_lock(&dp->lock);
+	bool last = --p->refs == 0;
+	pthread_mutex_unlock(&dp->lock);
+	if (last)
+		peer_free(p);
+}
+
+static int peer_dial(struct dataplane *dp, const char *url, int timeout_ms, struct dp_peer **out,
+                     struct status *st)
+{
+	nng_stream_dialer *d;
+	int rv = tls_stream_dialer_create(&d, url, st);
+	if (rv != ST_OK)
+		return rv;
+	nng_aio *aio;
+	if (nng_aio_alloc(&aio, NULL, NULL) != 0) {
+		nng_stream_dialer_free(d);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	nng_aio_set_timeout(aio, timeout_ms);
+	nng_stream_dialer_dial(d, aio);
+	nng_aio_wait(aio);
+	int nrv = nng_aio_result(aio);
+	nng_stream *s = nrv == 0 ? nng_aio_get_output(aio, 0) : NULL;
+	nng_aio_free(aio);
+	nng_stream_dialer_free(d);
+	if (nrv != 0)
+		return status_set(st, nrv == NNG_ETIMEDOUT ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
+		                  "cannot connect to peer %s: %s", url, nng_strerror(nrv));
+	nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
+	struct dp_peer *p = calloc(1, sizeof(*p));
+	if (p != NULL)
+		ds_init(&p->ds, s);
+	if (p == NULL || writer_init(&p->w, &p->ds) != 0 ||
+	    nng_aio_alloc(&p->r.aio, peer_read_cb, p) != 0) {
+		if (p != NULL) {
+			nng_aio_free(p->w.aio);
+			pthread_mutex_destroy(&p->ds.lock);
+		}
+		free(p);
+		nng_stream_free(s);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	p->dp = dp;
+	p->r.ds = &p->ds;
+	snprintf(p->url, sizeof(p->url), "%s", url);
+	pthread_mutex_init(&p->lock, NULL);
+	reader_read(&p->r, &p->ack, sizeof(p->ack));
+	*out = p;
+	return ST_OK;
+}
+
+/* The live stream to url (dialled on first use, and again after it broke), referenced. */
+static int peer_get(struct dataplane *dp, const char *url, int timeout_ms, struct dp_peer **out,
+                    struct status *st)
+{
+	struct dp_peer *dead = NULL, *found = NULL;
+	reap_conns(dp);
+	pthread_mutex_lock(&dp->lock);
+	for (struct dp_peer **pp = &dp->peers; *pp != NULL;) {
+		struct dp_peer *p = *pp;
+		pthread_mutex_lock(&p->lock);
+		bool failed = p->failed || p->closing;
+		pthread_mutex_unlock(&p->lock);
+		if (failed) {
+			*pp = p->next;
+			p->next = dead;
+			dead = p;
+			continue;
+		}
+		if (found == NULL && strcmp(p->url, url) == 0) {
+			found = p;
+			p->refs++;
+		}
+		pp = &p->next;
+	}
+	pthread_mutex_unlock(&dp->lock);
+	while (dead != NULL) {
+		struct dp_peer *next = dead->next;
+		peer_unref(dead);
+		dead = next;
+	}
+	if (found != NULL) {
+		*out = found;
+		return ST_OK;
+	}
+	struct dp_peer *p = NULL;
+	int rv = peer_dial(dp, url, timeout_ms, &p, st);
+	if (rv != ST_OK)
+		return rv;
+	pthread_mutex_lock(&dp->lock);
+	p->refs = 2; /* the list's and the caller's */
+	p->next = dp->peers;
+	dp->peers = p;
+	dp->refs++;
+	pthread_mutex_unlock(&dp->lock);
+	*out = p;
+	return ST_OK;
+}
+
 int dp_chan_open(struct dp_chan **out, struct dataplane *dp, const char *url, int window,
                  int timeout_ms, void (*notify)(void *), void *arg, struct status *st)
 {
-	nng_socket sock;
-	int rv = dp_peer_socket(dp, url, &sock, st);
-	if (rv != ST_OK)
-		return rv;
+	if (window < 1)
+		window = 1;
 	struct dp_chan *ch = calloc(1, sizeof(*ch));
 	if (ch == NULL || (ch->slots = calloc((size_t)window, sizeof(*ch->slots))) == NULL) {
 		free(ch);
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	}
+	struct dp_peer *p = NULL;
+	int rv = peer_get(dp, url, timeout_ms, &p, st);
+	if (rv != ST_OK) {
+		free(ch->slots);
+		free(ch);
+		return rv;
+	}
 	pthread_mutex_init(&ch->lock, NULL);
 	pthread_cond_init(&ch->cv, NULL);
-	snprintf(ch->url, sizeof(ch->url), "%s", url);
-	ch->dp = dp;
+	ch->peer = p;
 	ch->notify = notify;
 	ch->notify_arg = arg;
 	ch->window = window;
-	for (; ch->num_slots < window; ch->num_slots++) {
-		struct dp_slot *s = &ch->slots[ch->num_slots];
-		s->ch = ch;
-		if (nng_ctx_open(&s->ctx, sock) != 0)
-			break;
-		if (nng_aio_alloc(&s->aio, dp_slot_cb, s) != 0) {
-			nng_ctx_close(s->ctx);
-			break;
+	ch->timeout_ms = timeout_ms;
+	for (int i = 0; i < window; i++) {
+		ch->slots[i].ch = ch;
+		ch->slots[i].frame.done = slot_written;
+	}
+	pthread_mutex_lock(&p->lock);
+	if (p->num_chans == p->cap_chans) {
+		int cap = p->cap_chans ? p->cap_chans * 2 : 8;
+		struct dp_chan **list = realloc(p->chans, (size_t)cap * sizeof(*list));
+		if (list == NULL) {
+			pthread_mutex_unlock(&p->lock);
+			dp_chan_close(ch);
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		}
-		nng_aio_set_timeout(s->aio, timeout_ms);
+		p->chans = list;
+		p->cap_chans = cap;
 	}
-	if (ch->num_slots == 0) {
-		dp_chan_close(ch);
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "cannot open a channel to %s", url);
-	}
+	ch->id = ++p->next_chan;
+	p->chans[p->num_chans++] = ch;
+	if (p->failed)
+		chan_fail_locked(ch, ST_UNAVAILABLE, p->why);
+	pthread_mutex_unlock(&p->lock);
 	*out = ch;
 	return ST_OK;
 }
 
 int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_segment *segs,
-                 int n, struct status *st)
+                 int n, bool copy, struct status *st)
 {
+	if (n < 0 || n > 3)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "a chunk is gathered from 0 to 3 pieces");
 	size_t len = 0;
 	for (int i = 0; i < n; i++)
 		len += segs[i].len;
+	if (len > DP_MAX_CHUNK)
+		return status_set(st, ST_INVALID_ARGUMENT, "a chunk of %zu bytes exceeds %u", len,
+		                  DP_MAX_CHUNK);
 	pthread_mutex_lock(&ch->lock);
 	if (ch->code == ST_OK && ch->aborted)
-		dp_chan_fail(ch, ST_ABORTED, "the channel to %s was aborted%s", ch->url, "");
+		chan_fail_locked(ch, ST_ABORTED, "the channel was aborted");
 	if (ch->code != ST_OK) {
 		int code = status_set(st, ch->code, "%s", ch->message);
 		pthread_mutex_unlock(&ch->lock);
 		return code;
 	}
-	struct dp_slot *slot = NULL;
-	for (int i = 0; i < ch->num_slots && slot == NULL; i++)
-		if (ch->slots[i].state == S_IDLE)
-			slot = &ch->slots[i];
-	if (slot == NULL) {
+	int index = 0;
+	while (index < ch->window && ch->slots[index].busy)
+		index++;
+	if (index == ch->window) {
 		pthread_mutex_unlock(&ch->lock);
 		return DP_BUSY;
 	}
-	slot->state = S_SENDING;
+	struct dp_slot *s = &ch->slots[index];
+	s->busy = s->writing = s->awaiting = true;
 	ch->in_flight++;
 	pthread_mutex_unlock(&ch->lock);
 
-	nng_msg *msg;
-	if (nng_msg_alloc(&msg, sizeof(struct dp_header) + len) != 0) {
-		pthread_mutex_lock(&ch->lock);
-		slot->state = S_IDLE;
-		ch->in_flight--;
-		pthread_mutex_unlock(&ch->lock);
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	s->h = *h;
+	s->h.magic = DP_MAGIC;
+	s->h.length = len;
+	s->h.chan = ch->id;
+	s->h.slot = (uint32_t)index;
+	memset(s->h.token, 0, sizeof(s->h.token));
+	memcpy(s->h.token, ch->peer->dp->token, strlen(ch->peer->dp->token));
+	s->frame.iov[0] = (nng_iov){&s->h, sizeof(s->h)};
+	s->frame.niov = 1;
+	if (copy && len > 0) {
+		if (s->copy_cap < len) {
+			unsigned char *p = realloc(s->copy, len);
+			if (p == NULL) {
+				pthread_mutex_lock(&ch->lock);
+				s->busy = s->writing = s->awaiting = false;
+				ch->in_flight--;
+				pthread_mutex_unlock(&ch->lock);
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			}
+			s->copy = p;
+			s->copy_cap = len;
+		}
+		size_t at = 0;
+		for (int i = 0; i < n; i++) {
+			memcpy(s->copy + at, segs[i].data, segs[i].len);
+			at += segs[i].len;
+		}
+		s->frame.iov[s->frame.niov++] = (nng_iov){s->copy, len};
+	} else {
+		for (int i = 0; i < n; i++)
+			if (segs[i].len > 0)
+				s->frame.iov[s->frame.niov++] =
+				    (nng_iov){(void *)segs[i].data, segs[i].len};
 	}
-	struct dp_header hh = *h;
-	hh.magic = DP_MAGIC;
-	hh.length = len;
-	memset(hh.token, 0, sizeof(hh.token));
-	memcpy(hh.token, ch->dp->token, strlen(ch->dp->token));
-	char *body = nng_msg_body(msg);
-	memcpy(body, &hh, sizeof(hh));
-	body += sizeof(hh);
-	for (int i = 0; i < n; i++) {
-		memcpy(body, segs[i].data, segs[i].len);
-		body += segs[i].len;
-	}
-	nng_aio_set_msg(slot->aio, msg);
-	nng_ctx_send(slot->ctx, slot->aio);
+	writer_enqueue(&ch->peer->w, &s->frame);
 	return ST_OK;
 }
 
 void dp_chan_wait(struct dp_chan *ch, int max_in_flight)
 {
 	pthread_mutex_lock(&ch->lock);
-	while (ch->in_flight > max_in_flight && ch->code == ST_OK)
-		pthread_cond_wait(&ch->cv, &ch->lock);
+	struct timespec deadline = clock_deadline_ms(ch->timeout_ms);
+	int before = ch->in_flight;
+	while (ch->in_flight > max_in_flight && ch->code == ST_OK) {
+		if (pthread_cond_timedwait(&ch->cv, &ch->lock, &deadline) != ETIMEDOUT)
+			continue;
+		if (ch->in_flight < before) { /* progress: a new deadline */
+			before = ch->in_flight;
+			deadline = clock_deadline_ms(ch->timeout_ms);
+			continue;
+		}
+		char why[512];
+		snprintf(why, sizeof(why), "peer %s did not acknowledge a chunk within %d ms",
+		         ch->peer->url, ch->timeout_ms);
+		chan_fail_locked(ch, ST_DEADLINE_EXCEEDED, why);
+	}
 	pthread_mutex_unlock(&ch->lock);
+}
+
+int dp_chan_flush(struct dp_chan *ch, struct status *st)
+{
+	pthread_mutex_lock(&ch->lock);
+	struct timespec deadline = clock_deadline_ms(ch->timeout_ms);
+	for (;;) {
+		bool writing = false;
+		for (int i = 0; i < ch->window; i++)
+			writing |= ch->slots[i].writing;
+		if (!writing || ch->code != ST_OK)
+			break;
+		if (pthread_cond_timedwait(&ch->cv, &ch->lock, &deadline) == ETIMEDOUT) {
+			char why[512];
+			snprintf(why, sizeof(why), "peer %s did not take a chunk within %d ms",
+			         ch->peer->url, ch->timeout_ms);
+			chan_fail_locked(ch, ST_DEADLINE_EXCEEDED, why);
+		}
+	}
+	int code = ch->code;
+	if (code != ST_OK)
+		status_set(st, code, "%s", ch->message);
+	pthread_mutex_unlock(&ch->lock);
+	return code;
 }
 
 int dp_chan_in_flight(struct dp_chan *ch)
@@ -488,28 +1164,102 @@ void dp_chan_abort(struct dp_chan *ch)
 {
 	pthread_mutex_lock(&ch->lock);
 	ch->aborted = true;
+	bool writing = false;
+	for (int i = 0; i < ch->window; i++) {
+		ch->slots[i].awaiting = false;
+		slot_settle_locked(ch, &ch->slots[i]);
+		writing |= ch->slots[i].writing;
+	}
 	pthread_mutex_unlock(&ch->lock);
-	for (int i = 0; i < ch->num_slots; i++)
-		nng_aio_cancel(ch->slots[i].aio);
+	/*
+	 * A chunk half written cannot be taken back, and a stopped peer would never take the
+	 * rest: the stream goes (the next channel dials a new one).
+	 */
+	if (writing)
+		peer_fail(ch->peer, ST_ABORTED, "a collective using this connection was aborted");
+}
+
+/* Gives up acknowledgements; chunks still being written get the timeout, then the stream goes. */
+static void chan_release(struct dp_chan *ch)
+{
+	pthread_mutex_lock(&ch->lock);
+	struct timespec deadline = clock_deadline_ms(ch->timeout_ms);
+	bool timed_out = false;
+	while (ch->in_flight > 0) {
+		for (int i = 0; i < ch->window; i++) {
+			ch->slots[i].awaiting = false;
+			slot_settle_locked(ch, &ch->slots[i]);
+		}
+		if (ch->in_flight == 0)
+			break;
+		if (timed_out) {
+			pthread_cond_wait(&ch->cv, &ch->lock);
+		} else if (pthread_cond_timedwait(&ch->cv, &ch->lock, &deadline) == ETIMEDOUT) {
+			timed_out = true;
+			pthread_mutex_unlock(&ch->lock);
+			peer_fail(ch->peer, ST_DEADLINE_EXCEEDED, "a chunk could not be written");
+			pthread_mutex_lock(&ch->lock);
+		}
+	}
+	pthread_mutex_unlock(&ch->lock);
 }
 
 void dp_chan_close(struct dp_chan *ch)
 {
 	if (ch == NULL)
 		return;
+	struct dp_peer *p = ch->peer;
+	pthread_mutex_lock(&p->lock);
+	for (int i = 0; i < p->num_chans; i++)
+		if (p->chans[i] == ch) {
+			p->chans[i] = p->chans[--p->num_chans];
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
 	pthread_mutex_lock(&ch->lock);
 	ch->notify = NULL;
-	while (ch->in_flight > 0)
-		pthread_cond_wait(&ch->cv, &ch->lock);
 	pthread_mutex_unlock(&ch->lock);
-	for (int i = 0; i < ch->num_slots; i++) {
-		nng_aio_free(ch->slots[i].aio);
-		nng_ctx_close(ch->slots[i].ctx);
-	}
+	chan_release(ch);
+	for (int i = 0; i < ch->window; i++)
+		free(ch->slots[i].copy);
 	free(ch->slots);
 	pthread_cond_destroy(&ch->cv);
 	pthread_mutex_destroy(&ch->lock);
+	peer_unref(p);
 	free(ch);
+}
+
+void dp_stop(struct dataplane *dp)
+{
+	if (dp == NULL)
+		return;
+	pthread_mutex_lock(&dp->lock);
+	dp->stopping = 1;
+	struct dp_peer *peers = dp->peers;
+	dp->peers = NULL;
+	pthread_mutex_unlock(&dp->lock);
+	nng_stream_listener_close(dp->listener);
+	nng_aio_free(dp->accept);
+	nng_stream_listener_free(dp->listener);
+	/* No new connection comes now; the list only shrinks under reap_conns, not called here. */
+	for (struct dp_conn *c = dp->conns; c != NULL; c = c->next) {
+		pthread_mutex_lock(&c->w.lock);
+		c->w.error = NNG_ECLOSED; /* requests answered later free their acknowledgement */
+		pthread_mutex_unlock(&c->w.lock);
+		ds_close(&c->ds);
+		nng_aio_stop(c->r.aio);
+		nng_aio_stop(c->w.aio);
+		writer_fail(&c->w, NNG_ECLOSED);
+		conn_stop_reading(c);
+	}
+	while (peers != NULL) {
+		struct dp_peer *next = peers->next;
+		peer_fail(peers, ST_UNAVAILABLE, "the data plane stopped");
+		peer_unref(peers);
+		peers = next;
+	}
+	reap_conns(dp);
+	dp_unref(dp, 1);
 }
 
 int dp_send(struct dataplane *dp, const char *const *peer_urls, int num_peers,
@@ -536,8 +1286,9 @@ int dp_send(struct dataplane *dp, const char *const *peer_urls, int num_peers,
 		h.flags = c + 1 == chunks ? DP_FLAG_LAST : 0;
 		struct dp_segment seg = {(const char *)data + (data ? off : 0), (size_t)len};
 		for (int p = 0; p < num_peers && rv == ST_OK; p++)
-			while ((rv = dp_chan_send(chans[p], &h, &seg, len ? 1 : 0, st)) == DP_BUSY)
-				dp_chan_wait(chans[p], chans[p]->num_slots - 1);
+			while ((rv = dp_chan_send(chans[p], &h, &seg, len ? 1 : 0, false, st)) ==
+			       DP_BUSY)
+				dp_chan_wait(chans[p], chans[p]->window - 1);
 	}
 	for (int p = 0; p < num_peers; p++) {
 		if (chans[p] == NULL)

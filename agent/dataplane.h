@@ -1,15 +1,18 @@
 /*
- * The data plane: tensor bytes between agents. Each agent listens with an nng rep socket and
- * dials every peer with a req socket; a chunk is a request and its reply is the receiver's
- * acknowledgement, so a sender has at most `window` chunks in flight per peer and a receiver
- * never buffers more than what its peers have in flight.
+ * The data plane: tensor bytes between agents over nng byte streams. An agent dials one
+ * stream to each peer agent it sends to, on first use, and keeps it; a chunk is a fixed header
+ * followed by its payload, written straight from the sender's memory. The receiver reads the
+ * payload into a reused buffer, hands it to its core, and writes an acknowledgement back on
+ * the same stream once the core consumed it, so a sender has at most `window` chunks in flight
+ * per channel and a receiver never buffers more than what its peers have in flight.
  *
- * A receiver whose core has not consumed a chunk yet parks the request and answers
- * it once it gets there (the sender just waits), so chunks need no extra copy on arrival.
+ * A receiver whose core has not consumed a chunk yet parks the request and answers it once it
+ * gets there (the sender just waits), so chunks need no extra copy on arrival.
  */
 #ifndef PODEMU_DATAPLANE_H
 #define PODEMU_DATAPLANE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,7 +33,21 @@ struct dp_header {
 	uint64_t offset;  /* position in the transfer's byte sequence */
 	uint64_t length;  /* payload bytes that follow */
 	uint64_t covered; /* sequence bytes this chunk stands for (length, or more without data) */
-	char token[64];   /* the pod's secret, zero-padded */
+	uint32_t chan;    /* the sending channel and its slot, echoed by the acknowledgement */
+	uint32_t slot;
+	char token[64]; /* the pod's secret, zero-padded */
+};
+
+/* What a receiver writes back for each chunk: code, then len bytes of message. */
+#define DP_ACK_MAGIC 0x4b434150u /* "PACK" */
+#define DP_ACK_CLOSING 1u        /* the receiver closes the stream after this */
+struct dp_ack {
+	uint32_t magic;
+	uint32_t flags;
+	uint32_t chan;
+	uint32_t slot;
+	int32_t code;
+	uint32_t len;
 };
 
 /* A piece of memory to send; a chunk may be gathered from several. */
@@ -52,11 +69,27 @@ typedef int (*dp_deliver_fn)(void *arg, struct dp_request *req, const struct dp_
                              const void *payload, struct status *st);
 
 /*
- * Listens on url (tcp://host:0 picks a port; the address bound is written to bound_url, at
- * least 256 bytes) and hands every chunk to deliver(arg, ...).
+ * Optional, on an nng thread, once a chunk's header is read and checked: where to read its
+ * length payload bytes, or NULL for a buffer of the data plane's own. A chunk read into the
+ * place returned is then delivered with that pointer as its payload; if its stream breaks
+ * before the payload is complete, unplace(arg, req) is called instead and req is gone after.
  */
-int dp_start(struct dataplane **out, const char *url, char *bound_url, dp_deliver_fn deliver,
-             void *arg, struct status *st);
+typedef void *(*dp_place_fn)(void *arg, struct dp_request *req, const struct dp_header *h);
+typedef void (*dp_unplace_fn)(void *arg, struct dp_request *req);
+
+struct dp_handlers {
+	dp_deliver_fn deliver;
+	dp_place_fn place;
+	dp_unplace_fn unplace;
+	void *arg;
+};
+
+/*
+ * Listens on url (tcp://host:0 picks a port; the address bound is written to bound_url, at
+ * least 256 bytes) and hands every chunk to the handlers.
+ */
+int dp_start(struct dataplane **out, const char *url, char *bound_url,
+             const struct dp_handlers *handlers, struct status *st);
 void dp_stop(struct dataplane *dp);
 /* Chunks must carry token (and sent ones do); NULL or "": none. Call before traffic starts. */
 void dp_set_token(struct dataplane *dp, const char *token);
@@ -69,6 +102,12 @@ const void *dp_request_payload(const struct dp_request *req);
 void dp_complete(struct dp_request *req, int code, const char *message);
 
 /*
+ * Gives up a chunk being read into a place: its stream is closed, so the read ends at once
+ * (with unplace). Only between place and deliver/unplace for req.
+ */
+void dp_request_cancel(struct dp_request *req);
+
+/*
  * A channel to one peer: up to `window` chunks in flight, each acknowledged by the receiver.
  * notify(arg) runs on an nng thread whenever a chunk completes, so a waiting sender can go on.
  */
@@ -77,15 +116,25 @@ struct dp_chan;
 int dp_chan_open(struct dp_chan **out, struct dataplane *dp, const char *url, int window,
                  int timeout_ms, void (*notify)(void *), void *arg, struct status *st);
 /*
- * Sends one chunk gathered from segs (nothing for n = 0). Returns ST_OK when posted, DP_BUSY
- * when `window` chunks are in flight, or the channel's first failure: UNAVAILABLE when the peer
- * cannot be reached, DEADLINE_EXCEEDED after the timeout, or the receiver's error.
+ * Sends one chunk gathered from segs (n <= 3; nothing for n = 0). The bytes are written from
+ * segs as they are, so they must stay unchanged until the chunk is acknowledged, unless copy
+ * is set: then the channel copies them first. Returns ST_OK when posted, DP_BUSY when `window`
+ * chunks are in flight, or the channel's first failure: UNAVAILABLE when the peer cannot be
+ * reached, DEADLINE_EXCEEDED after the timeout, or the receiver's error.
  */
 #define DP_BUSY (-2)
 int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_segment *segs,
-                 int n, struct status *st);
-/* Waits until at most max_in_flight chunks are unacknowledged, or the channel failed. */
+                 int n, bool copy, struct status *st);
+/*
+ * Waits until at most max_in_flight chunks are unacknowledged, or the channel failed; with no
+ * acknowledgement for the channel's timeout it fails with DEADLINE_EXCEEDED.
+ */
 void dp_chan_wait(struct dp_chan *ch, int max_in_flight);
+/*
+ * Waits until every chunk posted is written to the stream (the caller may change its memory
+ * then), or the channel failed; returns the channel's code.
+ */
+int dp_chan_flush(struct dp_chan *ch, struct status *st);
 /* Chunks posted and not yet acknowledged. */
 int dp_chan_in_flight(struct dp_chan *ch);
 /* The channel's first failure (ST_OK if none), with its message in st. */

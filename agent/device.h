@@ -112,6 +112,9 @@ int device_abort(struct device *dev, uint64_t step_id, int code, const char *rea
 /* Data-plane delivery (a dp_deliver_fn with a struct device as arg). */
 int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
                    const void *payload, struct status *st);
+/* Data-plane placement into an open receive (dp_place_fn, dp_unplace_fn). */
+void *device_place(void *arg, struct dp_request *req, const struct dp_header *h);
+void device_unplace(void *arg, struct dp_request *req);
 
 /* Internal to the agent: the lookup and the executor loop shared by device.c and exec.c. */
 struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle);

@@ -245,10 +245,11 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		}
 	s->window = p->window > 0 && p->window <= 64 ? p->window : 4;
 	s->inbox = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->inbox));
+	s->posts = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->posts));
 	s->micros = arena_calloc(s->arena, (size_t)dev->cores_per_host * (size_t)(s->num_colls + 1),
 	                         sizeof(int64_t));
 	s->sched = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->sched));
-	if (!s->inbox || !s->micros || !s->sched)
+	if (!s->inbox || !s->posts || !s->micros || !s->sched)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int c = 0; c < dev->cores_per_host; c++)
 		if ((s->sched[c] = arena_calloc(s->arena, n, sizeof(**s->sched))) == NULL)
@@ -400,8 +401,31 @@ int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 		                dev->host_index, (unsigned long long)h->step_id);
 	else
 		rv = coll_enqueue_remote(dev, s, req, h, payload, st);
+	if (s != NULL && rv != DP_PARKED)
+		coll_unplace(dev, s, req); /* refused: its receive no longer waits for it */
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
+}
+
+void *device_place(void *arg, struct dp_request *req, const struct dp_header *h)
+{
+	struct device *dev = arg;
+	void *at = NULL;
+	pthread_mutex_lock(&dev->lock);
+	struct step *s = dev->step;
+	if (s != NULL && s->id == h->step_id && dev->backed)
+		at = coll_place(dev, s, req, h);
+	pthread_mutex_unlock(&dev->lock);
+	return at;
+}
+
+void device_unplace(void *arg, struct dp_request *req)
+{
+	struct device *dev = arg;
+	pthread_mutex_lock(&dev->lock);
+	if (dev->step != NULL)
+		coll_unplace(dev, dev->step, req);
+	pthread_mutex_unlock(&dev->lock);
 }
 
 /* Where a core is, for an abort that asks which cores never reached a collective. */

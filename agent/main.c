@@ -280,7 +280,8 @@ int main(int argc, char **argv)
 
 	char bound[256];
 	struct dataplane *dp;
-	if (dp_start(&dp, data_listen, bound, agent_deliver, &m.agent, &st) != ST_OK) {
+	const struct dp_handlers handlers = {agent_deliver, agent_place, agent_unplace, &m.agent};
+	if (dp_start(&dp, data_listen, bound, &handlers, &st) != ST_OK) {
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 1;
 	}

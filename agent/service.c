@@ -29,9 +29,24 @@ int agent_deliver(void *arg, struct dp_request *req, const struct dp_header *h, 
                   struct status *st)
 {
 	struct agent *ag = arg;
-	if (!ag->ready)
+	if (!ag->ready) {
+		/* Placed while ready: its receive must not wait for it (dev is zeroed until up). */
+		device_unplace(&ag->dev, req);
 		return not_ready(st);
+	}
 	return device_deliver(&ag->dev, req, h, payload, st);
+}
+
+void *agent_place(void *arg, struct dp_request *req, const struct dp_header *h)
+{
+	struct agent *ag = arg;
+	return ag->ready ? device_place(&ag->dev, req, h) : NULL;
+}
+
+void agent_unplace(void *arg, struct dp_request *req)
+{
+	struct agent *ag = arg;
+	device_unplace(&ag->dev, req);
 }
 
 static int h_prepare(void *state, struct arena *a, const void *request, void *reply,

@@ -12,8 +12,22 @@ struct inbox_entry {
 	const void *payload;
 	struct dp_request *req; /* from a peer agent: acknowledged with dp_complete */
 	void *staged;           /* from a local core: its private copy (or NULL) */
+	bool placed;            /* from a peer agent: read straight into the output already */
 	int done;               /* local: the receiver consumed it */
 	int orphan;             /* local: the sender gave up; the receiver frees it */
+};
+
+/*
+ * The receive a core's current phase has open: a peer's chunk for it is read by the data
+ * plane straight into the output (only where received bytes are copied, not reduced).
+ */
+struct recv_post {
+	bool open;
+	uint32_t coll, src, tag;
+	unsigned char *base;
+	const Podemu__BlockLayout *layout;
+	int64_t len;
+	struct dp_request *placing; /* the chunk being read into it; the phase waits for it */
 };
 
 #define CORE_COMPUTING (-1)
@@ -40,6 +54,7 @@ struct step {
 	int failed_core; /* the local core whose failure set cancel_code, or -1 */
 	char cancel_reason[512];
 	struct inbox_entry **inbox; /* [core] */
+	struct recv_post *posts;    /* [core] */
 	int64_t *micros;            /* [core * num_colls] */
 	int *fusion_head;           /* [node]: first node fused into it, or -1 */
 	int *fusion_next;           /* [node]: the next node of the same fusion, or -1 */
@@ -68,6 +83,11 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 /* Queues a chunk from a peer agent for its core (lock held by the caller). */
 int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *req,
                         const struct dp_header *h, const void *payload, struct status *st);
+/* Where a peer's chunk for an open receive goes (NULL: nowhere yet). Lock held. */
+void *coll_place(struct device *dev, struct step *s, struct dp_request *req,
+                 const struct dp_header *h);
+/* A chunk being placed was lost with its stream. Lock held. */
+void coll_unplace(struct device *dev, struct step *s, struct dp_request *req);
 /* Answers and frees every chunk still queued when the step ends (lock held). */
 void coll_step_cleanup(struct device *dev, struct step *s);
 

@@ -162,13 +162,69 @@ int tls_dialer_create(nng_dialer *d, nng_socket sock, const char *url, struct st
 	return ST_OK;
 }
 
-void tls_bound_url(char *out, const char *url, nng_listener l)
+int tls_stream_listener_create(nng_stream_listener **l, const char *url, struct status *st)
 {
-	int port = 0;
+	int rv = nng_stream_listener_alloc(l, url);
+	if (rv != 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "cannot listen on %s: %s", url,
+		                  nng_strerror(rv));
+	if (!tls_url(url))
+		return ST_OK;
+	nng_tls_config *cfg;
+	if ((rv = make_config(&cfg, NNG_TLS_MODE_SERVER, url, st)) != ST_OK) {
+		nng_stream_listener_free(*l);
+		return rv;
+	}
+	int nrv = nng_stream_listener_set_ptr(*l, NNG_OPT_TLS_CONFIG, cfg);
+	nng_tls_config_free(cfg);
+	if (nrv != 0) {
+		nng_stream_listener_free(*l);
+		return status_set(st, ST_INTERNAL, "TLS for %s: %s", url, nng_strerror(nrv));
+	}
+	return ST_OK;
+}
+
+int tls_stream_dialer_create(nng_stream_dialer **d, const char *url, struct status *st)
+{
+	int rv = nng_stream_dialer_alloc(d, url);
+	if (rv != 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "cannot dial %s: %s", url,
+		                  nng_strerror(rv));
+	if (!tls_url(url))
+		return ST_OK;
+	nng_tls_config *cfg;
+	if ((rv = make_config(&cfg, NNG_TLS_MODE_CLIENT, url, st)) != ST_OK) {
+		nng_stream_dialer_free(*d);
+		return rv;
+	}
+	int nrv = nng_stream_dialer_set_ptr(*d, NNG_OPT_TLS_CONFIG, cfg);
+	nng_tls_config_free(cfg);
+	if (nrv != 0) {
+		nng_stream_dialer_free(*d);
+		return status_set(st, ST_INTERNAL, "TLS for %s: %s", url, nng_strerror(nrv));
+	}
+	return ST_OK;
+}
+
+static void bound_url(char *out, const char *url, int port, bool got)
+{
 	snprintf(out, 256, "%s", url);
-	if ((strncmp(url, "tcp://", 6) == 0 || tls_url(url)) &&
-	    nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
+	if ((strncmp(url, "tcp://", 6) == 0 || tls_url(url)) && got) {
 		const char *colon = strrchr(url, ':');
 		snprintf(out, 256, "%.*s:%d", (int)(colon - url), url, port);
 	}
+}
+
+void tls_bound_url(char *out, const char *url, nng_listener l)
+{
+	int port = 0;
+	bool got = nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0;
+	bound_url(out, url, port, got);
+}
+
+void tls_stream_bound_url(char *out, const char *url, nng_stream_listener *l)
+{
+	int port = 0;
+	bool got = nng_stream_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0;
+	bound_url(out, url, port, got);
 }

@@ -1,7 +1,8 @@
 /*
  * Garbage, truncated and oversized frames sent to every listening socket of a coordinator and
- * an agent (control and data plane), as raw TCP and as well-formed nng messages: the daemons
- * keep answering, their resident memory stays flat, and the pod still computes.
+ * an agent: raw TCP everywhere, well-formed nng messages to the control sockets, and chunk
+ * headers with wrong magic, tokens, sizes, steps and cores to the data plane: the daemons keep
+ * answering, their resident memory stays flat, and the pod still computes.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "dataplane.h"
 #include "pod_fixture.h"
 #include "podemu.pb-c.h"
 #include "rpc.h"
@@ -96,6 +98,72 @@ static void oversized_frame(const char *url)
 	assert_true(got <= 0);
 	assert_true(got == 0 || errno == ECONNRESET);
 	close(fd);
+}
+
+/* Reads what the data plane answers until it closes the stream or stays silent. */
+static size_t drain(int fd)
+{
+	unsigned char buf[4096];
+	size_t total = 0;
+	ssize_t got;
+	while ((got = recv(fd, buf, sizeof(buf), 0)) > 0)
+		total += (size_t)got;
+	return total;
+}
+
+/* One acknowledgement from the data plane: its code. */
+static int32_t recv_ack(int fd)
+{
+	struct dp_ack a;
+	char message[1024];
+	assert_int_equal(recv(fd, &a, sizeof(a), MSG_WAITALL), (ssize_t)sizeof(a));
+	assert_int_equal(a.magic, DP_ACK_MAGIC);
+	assert_true(a.len < sizeof(message));
+	if (a.len > 0)
+		assert_int_equal(recv(fd, message, a.len, MSG_WAITALL), (ssize_t)a.len);
+	return a.code;
+}
+
+/*
+ * The data plane's own framing: headers with a wrong magic, no token, a size over the limit, a
+ * truncated payload, and well-formed chunks for steps and cores that do not exist.
+ */
+static void dp_frames(const char *url, const char *token)
+{
+	static unsigned char payload[1 << 16];
+	for (int k = 0; k < 10; k++) {
+		int fd = tcp_connect(url);
+		struct dp_header h;
+		fill_random((unsigned char *)&h, sizeof(h));
+		if (k > 0)
+			h.magic = DP_MAGIC;
+		if (k > 1) {
+			memset(h.token, 0, sizeof(h.token));
+			snprintf(h.token, sizeof(h.token), "%s", token);
+		}
+		h.length = k == 2 ? (1ull << 40) : next_random() % sizeof(payload);
+		fill_random(payload, sizeof(payload));
+		ssize_t ignored = send(fd, &h, sizeof(h), MSG_NOSIGNAL);
+		if (k == 0 || k == 2) {
+			/* No framing left: refused, and the stream is closed. */
+			assert_true(drain(fd) >= sizeof(struct dp_ack));
+		} else if (k == 1) {
+			/* No token: refused; its payload is skipped and the stream stays usable. */
+			ignored = send(fd, payload, h.length, MSG_NOSIGNAL);
+			assert_int_equal(recv_ack(fd), ST_UNAUTHENTICATED);
+			ignored = send(fd, &h, sizeof(h), MSG_NOSIGNAL);
+			ignored = send(fd, payload, h.length, MSG_NOSIGNAL);
+			assert_int_equal(recv_ack(fd), ST_UNAUTHENTICATED);
+		} else {
+			/* Truncated (k == 3) or whole: the chunk names no running step. */
+			size_t n = k == 3 ? h.length / 2 : h.length;
+			ignored = send(fd, payload, n, MSG_NOSIGNAL);
+			if (k > 3)
+				assert_int_not_equal(recv_ack(fd), ST_OK);
+		}
+		(void)ignored;
+		close(fd);
+	}
 }
 
 /* Raw TCP: bytes that are not even the SP handshake, and a header announcing 2^40 bytes. */
@@ -214,8 +282,12 @@ static void test_garbage_everywhere(void **state)
 	for (int round = 0; round < ROUNDS; round++) {
 		for (int t = 0; t < 3; t++) {
 			raw_tcp(targets[t]);
-			oversized_frame(targets[t]);
-			sp_frames(targets[t], token);
+			if (t < 2) {
+				oversized_frame(targets[t]);
+				sp_frames(targets[t], token);
+			} else {
+				dp_frames(targets[t], token);
+			}
 		}
 		for (int t = 0; t < 3; t++)
 			(round == 0 ? rss_first : rss_last)[t] = rss_bytes(pids[t]);
