@@ -31,6 +31,7 @@ struct run {
 	unsigned char *scratch; /* one chunk: the collective's accounted scratch */
 	unsigned char *pack;    /* one chunk: gathers strided blocks for sending */
 	struct timespec deadline;
+	struct recv_post *receives; /* [phase]: see struct recv_post */
 	/* Chunks posted to local cores and not consumed yet (they may outlive a phase). */
 	struct inbox_entry **posts;
 	int num_posts;
@@ -322,27 +323,106 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 	}
 }
 
-static void open_post(struct run *r, const Podemu__CollPhase *ph, uint32_t tag)
+/* A phase whose received bytes are copied from a peer agent: they may be read into place. */
+static bool placeable(const struct run *r, const Podemu__CollPhase *ph)
+{
+	return r->dev->backed && ph->kind == PODEMU__PHASE_KIND__PHASE_EXCHANGE && !ph->reduce &&
+	       !ph->stage && ph->recv_peer >= 0 && !is_local(r, ph->recv_peer) &&
+	       layout_len(ph->recv_block) > 0;
+}
+
+/* The bytes a layout spans in buffer base, as an address range. */
+struct span {
+	uintptr_t lo, hi;
+};
+
+static struct span span_of(const unsigned char *base, const Podemu__BlockLayout *l)
+{
+	if (base == NULL || l == NULL || layout_len(l) == 0)
+		return (struct span){0, 0};
+	uintptr_t lo = (uintptr_t)(base + l->offset);
+	return (struct span){lo, lo + (uintptr_t)((l->rows - 1) * l->row_stride + l->row_bytes)};
+}
+
+static bool spans_meet(struct span a, struct span b)
+{
+	return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+}
+
+/* True when phase ph reads or writes any byte of span x. */
+static bool phase_touches(const struct run *r, const Podemu__CollPhase *ph, struct span x)
+{
+	const unsigned char *from =
+	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
+	bool sends = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY || ph->send_peer >= 0;
+	bool receives = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
+	                ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO || ph->recv_peer >= 0;
+	return (sends && spans_meet(span_of(from, ph->send_block), x)) ||
+	       (receives && spans_meet(span_of(r->out, ph->recv_block), x)) ||
+	       (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE &&
+	        spans_meet(span_of(r->in, ph->combine_block), x));
+}
+
+static void set_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag)
+{
+	r->receives[k] = (struct recv_post){.open = true,
+	                                    .coll = r->coll,
+	                                    .src = (uint32_t)ph->recv_peer,
+	                                    .tag = tag,
+	                                    .base = r->out,
+	                                    .layout = ph->recv_block,
+	                                    .len = layout_len(ph->recv_block)};
+}
+
+/*
+ * Opens, with the collective, the receives of the phases whose bytes no earlier phase reads
+ * or writes (an all-gather's, say): a peer ahead of this core then lands its chunks in place
+ * too. Their tags are the ones run_phase will count.
+ */
+static void open_early_posts(struct run *r, const Podemu__CollectiveSchedule *sched)
+{
+	uint32_t *tags = calloc((size_t)r->dev->world_size, sizeof(uint32_t));
+	if (tags == NULL)
+		return;
+	pthread_mutex_lock(&r->dev->lock);
+	r->s->posts[r->c->local] = (struct recv_posts){r->receives, (int)sched->n_phases};
+	for (size_t k = 0; k < sched->n_phases; k++) {
+		const Podemu__CollPhase *ph = sched->phases[k];
+		if (ph->kind != PODEMU__PHASE_KIND__PHASE_EXCHANGE &&
+		    ph->kind != PODEMU__PHASE_KIND__PHASE_COMBINE)
+			continue;
+		if (ph->recv_peer < 0 || layout_len(ph->recv_block) == 0)
+			continue;
+		uint32_t tag = tags[ph->recv_peer]++;
+		if (!placeable(r, ph))
+			continue;
+		struct span x = span_of(r->out, ph->recv_block);
+		bool free_before = true;
+		for (size_t q = 0; q < k && free_before; q++)
+			free_before = !phase_touches(r, sched->phases[q], x);
+		if (free_before)
+			set_post(r, (int)k, ph, tag);
+	}
+	pthread_mutex_unlock(&r->dev->lock);
+	free(tags);
+}
+
+static void open_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag)
 {
 	pthread_mutex_lock(&r->dev->lock);
-	r->s->posts[r->c->local] = (struct recv_post){.open = true,
-	                                              .coll = r->coll,
-	                                              .src = (uint32_t)ph->recv_peer,
-	                                              .tag = tag,
-	                                              .base = r->out,
-	                                              .layout = ph->recv_block,
-	                                              .len = layout_len(ph->recv_block)};
+	if (!r->receives[k].open)
+		set_post(r, k, ph, tag);
 	pthread_mutex_unlock(&r->dev->lock);
 }
 
 /*
- * Closes the phase's receive; a chunk still being read into it is waited for (it is complete
+ * Closes phase k's receive; a chunk still being read into it is waited for (it is complete
  * when the phase is), or after a failure or the deadline, given up with its stream.
  */
-static void close_post(struct run *r, bool failed)
+static void close_post(struct run *r, int k, bool failed)
 {
 	struct device *dev = r->dev;
-	struct recv_post *p = &r->s->posts[r->c->local];
+	struct recv_post *p = &r->receives[k];
 	bool cancelled = false;
 	pthread_mutex_lock(&dev->lock);
 	p->open = false;
@@ -362,7 +442,7 @@ static void close_post(struct run *r, bool failed)
  * chunks from recv_peer as they come, until both are complete. With `stage`, a chunk is only
  * consumed once this core's own chunk at that position was posted (their regions overlap).
  */
-static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *st)
+static int run_phase(struct run *r, int k, const Podemu__CollPhase *ph, struct status *st)
 {
 	struct device *dev = r->dev;
 	int64_t send_len = ph->send_peer >= 0 ? layout_len(ph->send_block) : 0;
@@ -374,10 +454,9 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 	int64_t chunk = r->s->chunk_bytes, sent = 0, recvd = 0;
 	int rv = ph->drain ? drain_posts(r, st) : ST_OK;
 	/* Copied chunks from a peer agent may go straight into place as they are read. */
-	bool post = dev->backed && recv_len > 0 && !is_local(r, ph->recv_peer) &&
-	            ph->kind == PODEMU__PHASE_KIND__PHASE_EXCHANGE && !ph->reduce && !ph->stage;
+	bool post = r->receives != NULL && placeable(r, ph);
 	if (post)
-		open_post(r, ph, rtag);
+		open_post(r, k, ph, rtag);
 	while (rv == ST_OK && (sent < send_len || recvd < recv_len)) {
 		pthread_mutex_lock(&dev->lock);
 		uint64_t gen = dev->events;
@@ -434,7 +513,7 @@ static int run_phase(struct run *r, const Podemu__CollPhase *ph, struct status *
 			    (long long)sent, (long long)send_len, ph->send_peer);
 	}
 	if (post)
-		close_post(r, rv != ST_OK);
+		close_post(r, k, rv != ST_OK);
 	/*
 	 * Chunks are written from the buffers themselves: a later phase may overwrite what this
 	 * one sent only once the stream has it.
@@ -570,13 +649,26 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	int rv = ST_OK;
 	if (!r.send_tags || !r.recv_tags || !r.chans || (dev->backed && (!r.scratch || !r.pack)))
 		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	/* Without it, every chunk from a peer agent is copied by this core. */
+	r.receives = calloc(sched->n_phases + 1, sizeof(*r.receives));
+	if (rv == ST_OK && r.receives != NULL)
+		open_early_posts(&r, sched);
 	for (size_t k = 0; k < sched->n_phases && rv == ST_OK; k++) {
 		const Podemu__CollPhase *ph = sched->phases[k];
 		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
 		    ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO)
 			local_phase(&r, ph);
 		else
-			rv = run_phase(&r, ph, st);
+			rv = run_phase(&r, (int)k, ph, st);
+	}
+	/* Receives of phases a failure skipped: nothing may still be read into them. */
+	for (size_t k = 0; r.receives != NULL && k < sched->n_phases; k++)
+		if (r.receives[k].open)
+			close_post(&r, (int)k, rv != ST_OK);
+	if (r.receives != NULL) {
+		pthread_mutex_lock(&dev->lock);
+		s->posts[c->local] = (struct recv_posts){NULL, 0};
+		pthread_mutex_unlock(&dev->lock);
 	}
 	rv = finish(&r, rv, st);
 	if (rv == ST_OK && opcode_parse(n->opcode) == OP_ALL_REDUCE)
@@ -587,6 +679,7 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	free(r.scratch);
 	free(r.pack);
 	free(r.posts);
+	free(r.receives);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	s->micros[c->local * s->num_colls + s->coll_of_node[node]] =
 	    (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
@@ -614,10 +707,11 @@ int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *r
 	e->h = *h;
 	e->payload = payload;
 	e->req = req;
-	if (s->posts[local].placing == req) {
-		s->posts[local].placing = NULL;
-		e->placed = true;
-	}
+	for (int k = 0; k < s->posts[local].n; k++)
+		if (s->posts[local].list[k].placing == req) {
+			s->posts[local].list[k].placing = NULL;
+			e->placed = true;
+		}
 	push_entry(s, local, e);
 	dev->events++;
 	pthread_cond_broadcast(&dev->cv);
@@ -630,11 +724,16 @@ void *coll_place(struct device *dev, struct step *s, struct dp_request *req,
 	int local = (int)h->dst_ordinal - dev->host_index * dev->cores_per_host;
 	if (local < 0 || local >= dev->cores_per_host)
 		return NULL;
-	struct recv_post *p = &s->posts[local];
+	struct recv_post *p = NULL;
+	for (int k = 0; k < s->posts[local].n && p == NULL; k++) {
+		struct recv_post *q = &s->posts[local].list[k];
+		if (q->open && h->collective == q->coll && h->src_ordinal == q->src &&
+		    h->tag == q->tag)
+			p = q;
+	}
 	int64_t off = (int64_t)h->offset, len = (int64_t)h->length;
-	if (!p->open || p->placing != NULL || h->collective != p->coll ||
-	    h->src_ordinal != p->src || h->tag != p->tag || len <= 0 || h->covered != h->length ||
-	    off < 0 || off > p->len - len || len > s->chunk_bytes)
+	if (p == NULL || p->placing != NULL || len <= 0 || h->covered != h->length || off < 0 ||
+	    off > p->len - len || len > s->chunk_bytes)
 		return NULL;
 	int64_t n;
 	unsigned char *at = piece(p->base, p->layout, off, len, &n);
@@ -647,8 +746,9 @@ void *coll_place(struct device *dev, struct step *s, struct dp_request *req,
 void coll_unplace(struct device *dev, struct step *s, struct dp_request *req)
 {
 	for (int c = 0; c < dev->cores_per_host; c++)
-		if (s->posts[c].placing == req)
-			s->posts[c].placing = NULL;
+		for (int k = 0; k < s->posts[c].n; k++)
+			if (s->posts[c].list[k].placing == req)
+				s->posts[c].list[k].placing = NULL;
 	dev->events++;
 	pthread_cond_broadcast(&dev->cv);
 }

@@ -18,8 +18,10 @@ struct inbox_entry {
 };
 
 /*
- * The receive a core's current phase has open: a peer's chunk for it is read by the data
- * plane straight into the output (only where received bytes are copied, not reduced).
+ * A receive a core has open in its collective: a peer's chunk for it is read by the data
+ * plane straight into the output (only where received bytes are copied, not reduced). A
+ * phase's receive opens when the phase starts, or with the collective when nothing before
+ * that phase touches its bytes.
  */
 struct recv_post {
 	bool open;
@@ -28,6 +30,11 @@ struct recv_post {
 	const Podemu__BlockLayout *layout;
 	int64_t len;
 	struct dp_request *placing; /* the chunk being read into it; the phase waits for it */
+};
+
+struct recv_posts {
+	struct recv_post *list; /* one per phase of the running collective */
+	int n;
 };
 
 #define CORE_COMPUTING (-1)
@@ -54,7 +61,7 @@ struct step {
 	int failed_core; /* the local core whose failure set cancel_code, or -1 */
 	char cancel_reason[512];
 	struct inbox_entry **inbox; /* [core] */
-	struct recv_post *posts;    /* [core] */
+	struct recv_posts *posts;   /* [core] */
 	int64_t *micros;            /* [core * num_colls] */
 	int *fusion_head;           /* [node]: first node fused into it, or -1 */
 	int *fusion_next;           /* [node]: the next node of the same fusion, or -1 */
