@@ -222,6 +222,42 @@ static int reader_step(struct dp_reader *r, int *err)
 	return 1;
 }
 
+/*
+ * Both ends of a connection: the stream, a writer and a reader whose callback is cb(arg).
+ * On failure nothing is left allocated but the stream, which stays the caller's.
+ */
+static int link_init(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r, nng_stream *s,
+                     void (*cb)(void *), void *arg)
+{
+	/* Acknowledgements and headers are small writes that must not wait for Nagle's timer. */
+	nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
+	ds_init(ds, s);
+	r->ds = ds;
+	if (writer_init(w, ds) != 0) {
+		pthread_mutex_destroy(&w->lock);
+		pthread_mutex_destroy(&ds->lock);
+		return -1;
+	}
+	if (nng_aio_alloc(&r->aio, cb, arg) != 0) {
+		nng_aio_free(w->aio);
+		pthread_mutex_destroy(&w->lock);
+		pthread_mutex_destroy(&ds->lock);
+		return -1;
+	}
+	return 0;
+}
+
+/* Closes and frees a link. Never from one of its own callbacks. */
+static void link_fini(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r)
+{
+	ds_close(ds);
+	nng_aio_free(r->aio);
+	nng_aio_free(w->aio);
+	writer_fail(w, NNG_ECLOSED); /* frames never started */
+	ds_fini(ds);
+	pthread_mutex_destroy(&w->lock);
+}
+
 /* ---- The receiving side: one connection per dialling peer ---- */
 
 struct dp_conn {
@@ -325,13 +361,8 @@ static void dp_free(struct dataplane *dp)
 /* Frees a connection nobody uses any more. Never from one of its own callbacks. */
 static void conn_free(struct dp_conn *c)
 {
-	ds_close(&c->ds);
-	nng_aio_free(c->r.aio);
-	nng_aio_free(c->w.aio);
-	writer_fail(&c->w, NNG_ECLOSED); /* acknowledgements never started */
-	ds_fini(&c->ds);
+	link_fini(&c->ds, &c->w, &c->r);
 	free(c->junk);
-	pthread_mutex_destroy(&c->w.lock);
 	free(c);
 }
 
@@ -591,23 +622,13 @@ static void accept_cb(void *arg)
 		return;
 	if (rv == 0) {
 		nng_stream *s = nng_aio_get_output(dp->accept, 0);
-		/* Acknowledgements are small writes that must not wait for Nagle's timer. */
-		nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
 		struct dp_conn *c = calloc(1, sizeof(*c));
-		if (c != NULL)
-			ds_init(&c->ds, s);
-		if (c == NULL || writer_init(&c->w, &c->ds) != 0 ||
-		    nng_aio_alloc(&c->r.aio, conn_read_cb, c) != 0) {
-			if (c != NULL) {
-				nng_aio_free(c->w.aio);
-				pthread_mutex_destroy(&c->ds.lock);
-				free(c);
-			}
+		if (c == NULL || link_init(&c->ds, &c->w, &c->r, s, conn_read_cb, c) != 0) {
+			free(c);
 			nng_stream_free(s);
 			log_error("data plane: out of memory for a connection");
 		} else {
 			c->dp = dp;
-			c->r.ds = &c->ds;
 			c->refs = 1;
 			c->reading = true;
 			pthread_mutex_lock(&dp->lock);
@@ -654,6 +675,12 @@ int dp_start(struct dataplane **out, const char *url, char *bound_url,
 	nng_stream_listener_accept(dp->listener, dp->accept);
 	*out = dp;
 	return ST_OK;
+}
+
+void dp_reap(struct dataplane *dp)
+{
+	if (dp != NULL)
+		reap_conns(dp);
 }
 
 void dp_set_token(struct dataplane *dp, const char *token)
@@ -863,12 +890,7 @@ static void peer_read_cb(void *arg)
 static void peer_free(struct dp_peer *p)
 {
 	struct dataplane *dp = p->dp;
-	ds_close(&p->ds);
-	nng_aio_free(p->r.aio);
-	nng_aio_free(p->w.aio);
-	writer_fail(&p->w, NNG_ECLOSED);
-	ds_fini(&p->ds);
-	pthread_mutex_destroy(&p->w.lock);
+	link_fini(&p->ds, &p->w, &p->r);
 	pthread_mutex_destroy(&p->lock);
 	free(p->chans);
 	free(p);
@@ -907,22 +929,13 @@ static int peer_dial(struct dataplane *dp, const char *url, int timeout_ms, stru
 	if (nrv != 0)
 		return status_set(st, nrv == NNG_ETIMEDOUT ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
 		                  "cannot connect to peer %s: %s", url, nng_strerror(nrv));
-	nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
 	struct dp_peer *p = calloc(1, sizeof(*p));
-	if (p != NULL)
-		ds_init(&p->ds, s);
-	if (p == NULL || writer_init(&p->w, &p->ds) != 0 ||
-	    nng_aio_alloc(&p->r.aio, peer_read_cb, p) != 0) {
-		if (p != NULL) {
-			nng_aio_free(p->w.aio);
-			pthread_mutex_destroy(&p->ds.lock);
-		}
+	if (p == NULL || link_init(&p->ds, &p->w, &p->r, s, peer_read_cb, p) != 0) {
 		free(p);
 		nng_stream_free(s);
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	}
 	p->dp = dp;
-	p->r.ds = &p->ds;
 	snprintf(p->url, sizeof(p->url), "%s", url);
 	pthread_mutex_init(&p->lock, NULL);
 	reader_read(&p->r, &p->ack, sizeof(p->ack));

@@ -91,6 +91,11 @@ struct dp_handlers {
 int dp_start(struct dataplane **out, const char *url, char *bound_url,
              const struct dp_handlers *handlers, struct status *st);
 void dp_stop(struct dataplane *dp);
+/*
+ * Frees what connections peers closed left behind (channels opening do it too). Not from the
+ * data plane's own callbacks.
+ */
+void dp_reap(struct dataplane *dp);
 /* Chunks must carry token (and sent ones do); NULL or "": none. Call before traffic starts. */
 void dp_set_token(struct dataplane *dp, const char *token);
 

@@ -180,6 +180,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 		try_register(m);
 	else
 		heartbeat(m);
+	dp_reap(m->dp); /* connections peers closed, even when no collective runs */
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

@@ -118,26 +118,52 @@ static int make_config(nng_tls_config **out, nng_tls_mode mode, const char *url,
 	return ST_OK;
 }
 
+/* Gives obj the TLS configuration for url through set(obj, cfg), when url is tls+tcp://. */
+static int with_tls(const char *url, nng_tls_mode mode, int (*set)(void *, nng_tls_config *),
+                    void *obj, struct status *st)
+{
+	if (!tls_url(url))
+		return ST_OK;
+	nng_tls_config *cfg;
+	int rv = make_config(&cfg, mode, url, st);
+	if (rv != ST_OK)
+		return rv;
+	int nrv = set(obj, cfg);
+	nng_tls_config_free(cfg); /* obj holds its own reference */
+	if (nrv != 0)
+		return status_set(st, ST_INTERNAL, "TLS for %s: %s", url, nng_strerror(nrv));
+	return ST_OK;
+}
+
+static int set_listener(void *l, nng_tls_config *cfg)
+{
+	return nng_listener_set_ptr(*(nng_listener *)l, NNG_OPT_TLS_CONFIG, cfg);
+}
+
+static int set_dialer(void *d, nng_tls_config *cfg)
+{
+	return nng_dialer_set_ptr(*(nng_dialer *)d, NNG_OPT_TLS_CONFIG, cfg);
+}
+
+static int set_stream_listener(void *l, nng_tls_config *cfg)
+{
+	return nng_stream_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
+}
+
+static int set_stream_dialer(void *d, nng_tls_config *cfg)
+{
+	return nng_stream_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
+}
+
 int tls_listener_create(nng_listener *l, nng_socket sock, const char *url, struct status *st)
 {
 	int rv = nng_listener_create(l, sock, url);
 	if (rv != 0)
 		return status_set(st, ST_INVALID_ARGUMENT, "cannot listen on %s: %s", url,
 		                  nng_strerror(rv));
-	if (!tls_url(url))
-		return ST_OK;
-	nng_tls_config *cfg;
-	if ((rv = make_config(&cfg, NNG_TLS_MODE_SERVER, url, st)) != ST_OK) {
+	if ((rv = with_tls(url, NNG_TLS_MODE_SERVER, set_listener, l, st)) != ST_OK)
 		nng_listener_close(*l);
-		return rv;
-	}
-	int nrv = nng_listener_set_ptr(*l, NNG_OPT_TLS_CONFIG, cfg);
-	nng_tls_config_free(cfg); /* the listener holds its own reference */
-	if (nrv != 0) {
-		nng_listener_close(*l);
-		return status_set(st, ST_INTERNAL, "TLS for %s: %s", url, nng_strerror(nrv));
-	}
-	return ST_OK;
+	return rv;
 }
 
 int tls_dialer_create(nng_dialer *d, nng_socket sock, const char *url, struct status *st)
@@ -146,20 +172,9 @@ int tls_dialer_create(nng_dialer *d, nng_socket sock, const char *url, struct st
 	if (rv != 0)
 		return status_set(st, ST_INVALID_ARGUMENT, "cannot dial %s: %s", url,
 		                  nng_strerror(rv));
-	if (!tls_url(url))
-		return ST_OK;
-	nng_tls_config *cfg;
-	if ((rv = make_config(&cfg, NNG_TLS_MODE_CLIENT, url, st)) != ST_OK) {
+	if ((rv = with_tls(url, NNG_TLS_MODE_CLIENT, set_dialer, d, st)) != ST_OK)
 		nng_dialer_close(*d);
-		return rv;
-	}
-	int nrv = nng_dialer_set_ptr(*d, NNG_OPT_TLS_CONFIG, cfg);
-	nng_tls_config_free(cfg);
-	if (nrv != 0) {
-		nng_dialer_close(*d);
-		return status_set(st, ST_INTERNAL, "TLS for %s: %s", url, nng_strerror(nrv));
-	}
-	return ST_OK;
+	return rv;
 }
 
 int tls_stream_listener_create(nng_stream_listener **l, const char *url, struct status *st)
@@ -168,20 +183,9 @@ int tls_stream_listener_create(nng_stream_listener **l, const char *url, struct 
 	if (rv != 0)
 		return status_set(st, ST_INVALID_ARGUMENT, "cannot listen on %s: %s", url,
 		                  nng_strerror(rv));
-	if (!tls_url(url))
-		return ST_OK;
-	nng_tls_config *cfg;
-	if ((rv = make_config(&cfg, NNG_TLS_MODE_SERVER, url, st)) != ST_OK) {
+	if ((rv = with_tls(url, NNG_TLS_MODE_SERVER, set_stream_listener, *l, st)) != ST_OK)
 		nng_stream_listener_free(*l);
-		return rv;
-	}
-	int nrv = nng_stream_listener_set_ptr(*l, NNG_OPT_TLS_CONFIG, cfg);
-	nng_tls_config_free(cfg);
-	if (nrv != 0) {
-		nng_stream_listener_free(*l);
-		return status_set(st, ST_INTERNAL, "TLS for %s: %s", url, nng_strerror(nrv));
-	}
-	return ST_OK;
+	return rv;
 }
 
 int tls_stream_dialer_create(nng_stream_dialer **d, const char *url, struct status *st)
@@ -190,20 +194,9 @@ int tls_stream_dialer_create(nng_stream_dialer **d, const char *url, struct stat
 	if (rv != 0)
 		return status_set(st, ST_INVALID_ARGUMENT, "cannot dial %s: %s", url,
 		                  nng_strerror(rv));
-	if (!tls_url(url))
-		return ST_OK;
-	nng_tls_config *cfg;
-	if ((rv = make_config(&cfg, NNG_TLS_MODE_CLIENT, url, st)) != ST_OK) {
+	if ((rv = with_tls(url, NNG_TLS_MODE_CLIENT, set_stream_dialer, *d, st)) != ST_OK)
 		nng_stream_dialer_free(*d);
-		return rv;
-	}
-	int nrv = nng_stream_dialer_set_ptr(*d, NNG_OPT_TLS_CONFIG, cfg);
-	nng_tls_config_free(cfg);
-	if (nrv != 0) {
-		nng_stream_dialer_free(*d);
-		return status_set(st, ST_INTERNAL, "TLS for %s: %s", url, nng_strerror(nrv));
-	}
-	return ST_OK;
+	return rv;
 }
 
 static void bound_url(char *out, const char *url, int port, bool got)

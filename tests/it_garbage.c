@@ -296,7 +296,9 @@ static void test_garbage_everywhere(void **state)
 		printf("%-20s RSS after round 1: %lld KiB, after round %d: %lld KiB\n", names[t],
 		       (long long)rss_first[t] / 1024, ROUNDS, (long long)rss_last[t] / 1024);
 		assert_true(rss_first[t] > 0);
+#ifndef __SANITIZE_ADDRESS__ /* its quarantine keeps what is freed: no daemon's growth */
 		assert_true(rss_last[t] - rss_first[t] < RSS_SLACK_BYTES);
+#endif
 	}
 
 	/* Still serving: status is ready and a step gives the right values. */

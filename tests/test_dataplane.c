@@ -212,24 +212,32 @@ static void test_chunks_need_the_pod_token(void **state)
 	dp_set_token(tx, NULL);
 }
 
-/* Sends one raw header on a fresh stream and reads the acknowledgement the receiver writes. */
-static struct dp_ack raw_frame(const struct dp_header *h, char *message, size_t cap)
+/* A raw stream to the receiver with bytes already sent on it (the aio is free to use). */
+static nng_stream *raw_send(nng_aio *aio, const void *bytes, size_t len)
 {
 	nng_stream_dialer *d;
-	nng_stream *s;
-	nng_aio *aio;
 	assert_int_equal(nng_stream_dialer_alloc(&d, rx_url), 0);
-	assert_int_equal(nng_aio_alloc(&aio, NULL, NULL), 0);
 	nng_aio_set_timeout(aio, 5000);
 	nng_stream_dialer_dial(d, aio);
 	nng_aio_wait(aio);
 	assert_int_equal(nng_aio_result(aio), 0);
-	s = nng_aio_get_output(aio, 0);
-	nng_iov iov = {(void *)h, sizeof(*h)};
+	nng_stream *s = nng_aio_get_output(aio, 0);
+	nng_stream_dialer_free(d);
+	nng_iov iov = {(void *)bytes, len};
 	nng_aio_set_iov(aio, 1, &iov);
 	nng_stream_send(s, aio);
 	nng_aio_wait(aio);
 	assert_int_equal(nng_aio_result(aio), 0);
+	assert_int_equal(nng_aio_count(aio), len);
+	return s;
+}
+
+/* Sends one raw header on a fresh stream and reads the acknowledgement the receiver writes. */
+static struct dp_ack raw_frame(const struct dp_header *h, char *message, size_t cap)
+{
+	nng_aio *aio;
+	assert_int_equal(nng_aio_alloc(&aio, NULL, NULL), 0);
+	nng_stream *s = raw_send(aio, h, sizeof(*h));
 	struct dp_ack a;
 	char buf[sizeof(a) + 512];
 	size_t got = 0;
@@ -249,7 +257,6 @@ static struct dp_ack raw_frame(const struct dp_header *h, char *message, size_t 
 	snprintf(message, cap, "%.*s", (int)a.len, buf + sizeof(a));
 	nng_aio_free(aio);
 	nng_stream_free(s);
-	nng_stream_dialer_free(d);
 	return a;
 }
 
@@ -300,27 +307,14 @@ static void test_a_payload_cut_short_is_given_up(void **state)
 {
 	reset_sink(1);
 	sink.place = 1;
-	nng_stream_dialer *d;
 	nng_aio *aio;
-	assert_int_equal(nng_stream_dialer_alloc(&d, rx_url), 0);
 	assert_int_equal(nng_aio_alloc(&aio, NULL, NULL), 0);
-	nng_aio_set_timeout(aio, 5000);
-	nng_stream_dialer_dial(d, aio);
-	nng_aio_wait(aio);
-	assert_int_equal(nng_aio_result(aio), 0);
-	nng_stream *s = nng_aio_get_output(aio, 0);
 	/* A header announcing 1000 bytes, then half of them, then the sender is gone. */
 	static unsigned char frame[sizeof(struct dp_header) + 500];
 	struct dp_header h = {.magic = DP_MAGIC, .step_id = 8, .length = 1000, .covered = 1000};
 	memcpy(frame, &h, sizeof(h));
-	nng_iov iov = {frame, sizeof(frame)};
-	nng_aio_set_iov(aio, 1, &iov);
-	nng_stream_send(s, aio);
-	nng_aio_wait(aio);
-	assert_int_equal(nng_aio_result(aio), 0);
-	nng_stream_free(s);
+	nng_stream_free(raw_send(aio, frame, sizeof(frame)));
 	nng_aio_free(aio);
-	nng_stream_dialer_free(d);
 	int unplaced = 0;
 	for (int i = 0; i < 200 && unplaced == 0; i++) {
 		usleep(10000);
