@@ -312,6 +312,16 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 		return;
 	int64_t pos = (int64_t)e->h.offset, len = (int64_t)e->h.length;
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) {
+		int64_t n_in, n_out;
+		unsigned char *src = piece(r->in, ph->combine_block, pos, len, &n_in);
+		unsigned char *dst = piece(r->out, ph->recv_block, pos, len, &n_out);
+		if (n_in == len && n_out == len) {
+			/* Both contiguous: input then received, straight into the output. */
+			if (dst != src)
+				memmove(dst, src, (size_t)len);
+			kernel_accumulate(r->dtype, r->red, dst, e->payload, len);
+			return;
+		}
 		/* Through the one-chunk scratch: the input block may alias nothing here. */
 		seq_read(r->scratch, r->in, ph->combine_block, pos, len);
 		kernel_accumulate(r->dtype, r->red, r->scratch, e->payload, len);

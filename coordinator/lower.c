@@ -163,14 +163,17 @@ static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, in
 }
 
 /*
- * All-reduce in place in the output: a ring reduce-scatter over flat blocks leaves block p+1
- * reduced on core p, then the blocks are gathered, around the ring or (within one host, where
- * a transfer is one memory copy) directly from every member.
+ * All-reduce into the output: a ring reduce-scatter over flat blocks leaves block p+1 reduced
+ * on core p, then the blocks are gathered, around the ring or (within one host, where a
+ * transfer is one memory copy) directly from every member. The reduce half combines each
+ * received partial with the core's own input block into the output, so the input is never
+ * copied whole (the gather half writes block p, the one block the reduce half leaves alone).
  */
 static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const struct shape *in,
                        int doubling, int direct_gather)
 {
-	copy_phase(b, IN, whole(b, in), whole(b, in));
+	if (n == 1 || doubling)
+		copy_phase(b, IN, whole(b, in), whole(b, in));
 	if (n == 1)
 		return;
 	if (doubling) {
@@ -182,9 +185,17 @@ static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const 
 		}
 		return;
 	}
-	for (int s = 0; s < n - 1; s++)
-		exchange(b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p - s, n)),
-		         (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s - 1, n)), 1);
+	for (int s = 0; s < n - 1; s++) {
+		Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_COMBINE);
+		if (ph == NULL)
+			return;
+		ph->send_peer = (int)m[MOD(p + 1, n)];
+		ph->send_buffer = s == 0 ? IN : OUT;
+		ph->send_block = flat_block(b, in, n, MOD(p - s, n));
+		ph->recv_peer = (int)m[MOD(p - 1, n)];
+		ph->recv_block = flat_block(b, in, n, MOD(p - s - 1, n));
+		ph->combine_block = flat_block(b, in, n, MOD(p - s - 1, n));
+	}
 	/* The gather half rewrites blocks the reduce half sent: local cores must have taken them.
 	 */
 	for (int s = 0; s < n - 1; s++) {
