@@ -116,6 +116,19 @@ static Podemu__CollPhase *exchange(struct builder *b, int send_peer, Podemu__Col
 	return ph;
 }
 
+/* An exchange whose received block is added to block `with` of the input into dst. */
+static Podemu__CollPhase *combine(struct builder *b, int send_peer, Podemu__CollBuffer from,
+                                  Podemu__BlockLayout *src, int recv_peer, Podemu__BlockLayout *dst,
+                                  Podemu__BlockLayout *with)
+{
+	Podemu__CollPhase *ph = exchange(b, send_peer, from, src, recv_peer, dst, 0);
+	if (ph != NULL) {
+		ph->kind = PODEMU__PHASE_KIND__PHASE_COMBINE;
+		ph->combine_block = with;
+	}
+	return ph;
+}
+
 #define MOD(x, n) ((((x) % (n)) + (n)) % (n))
 #define SPLIT_MAX 1024 /* members of a group that may be split by host */
 #define IN PODEMU__COLL_BUFFER__COLL_INPUT
@@ -149,16 +162,13 @@ static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, in
 		return;
 	}
 	for (int s = 0; s < n - 1; s++) {
-		Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_COMBINE);
-		if (ph == NULL)
-			return;
-		ph->send_peer = (int)m[MOD(p + 1, n)];
-		ph->send_buffer = s == 0 ? IN : OUT;
-		ph->send_block = s == 0 ? split_block(b, in, d, n, MOD(p - 1, n)) : whole(b, out);
-		ph->recv_peer = (int)m[MOD(p - 1, n)];
-		ph->recv_block = whole(b, out);
-		ph->combine_block = split_block(b, in, d, n, MOD(p - s - 2, n));
-		ph->stage = s > 0;
+		Podemu__CollPhase *ph =
+		    combine(b, (int)m[MOD(p + 1, n)], s == 0 ? IN : OUT,
+		            s == 0 ? split_block(b, in, d, n, MOD(p - 1, n)) : whole(b, out),
+		            (int)m[MOD(p - 1, n)], whole(b, out),
+		            split_block(b, in, d, n, MOD(p - s - 2, n)));
+		if (ph != NULL)
+			ph->stage = s > 0;
 	}
 }
 
@@ -185,17 +195,11 @@ static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const 
 		}
 		return;
 	}
-	for (int s = 0; s < n - 1; s++) {
-		Podemu__CollPhase *ph = phase(b, PODEMU__PHASE_KIND__PHASE_COMBINE);
-		if (ph == NULL)
-			return;
-		ph->send_peer = (int)m[MOD(p + 1, n)];
-		ph->send_buffer = s == 0 ? IN : OUT;
-		ph->send_block = flat_block(b, in, n, MOD(p - s, n));
-		ph->recv_peer = (int)m[MOD(p - 1, n)];
-		ph->recv_block = flat_block(b, in, n, MOD(p - s - 1, n));
-		ph->combine_block = flat_block(b, in, n, MOD(p - s - 1, n));
-	}
+	for (int s = 0; s < n - 1; s++)
+		combine(b, (int)m[MOD(p + 1, n)], s == 0 ? IN : OUT,
+		        flat_block(b, in, n, MOD(p - s, n)), (int)m[MOD(p - 1, n)],
+		        flat_block(b, in, n, MOD(p - s - 1, n)),
+		        flat_block(b, in, n, MOD(p - s - 1, n)));
 	/* The gather half rewrites blocks the reduce half sent: local cores must have taken them.
 	 */
 	for (int s = 0; s < n - 1; s++) {
