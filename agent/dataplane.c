@@ -950,6 +950,10 @@ static int peer_get(struct dataplane *dp, const char *url, int timeout_ms, struc
 	struct dp_peer *dead = NULL, *found = NULL;
 	reap_conns(dp);
 	pthread_mutex_lock(&dp->lock);
+	if (dp->stopping) {
+		pthread_mutex_unlock(&dp->lock);
+		return status_set(st, ST_UNAVAILABLE, "the data plane of this agent stopped");
+	}
 	for (struct dp_peer **pp = &dp->peers; *pp != NULL;) {
 		struct dp_peer *p = *pp;
 		pthread_mutex_lock(&p->lock);
@@ -982,10 +986,16 @@ static int peer_get(struct dataplane *dp, const char *url, int timeout_ms, struc
 	if (rv != ST_OK)
 		return rv;
 	pthread_mutex_lock(&dp->lock);
+	dp->refs++;
+	if (dp->stopping) {
+		pthread_mutex_unlock(&dp->lock);
+		p->refs = 1;
+		peer_unref(p);
+		return status_set(st, ST_UNAVAILABLE, "the data plane of this agent stopped");
+	}
 	p->refs = 2; /* the list's and the caller's */
 	p->next = dp->peers;
 	dp->peers = p;
-	dp->refs++;
 	pthread_mutex_unlock(&dp->lock);
 	*out = p;
 	return ST_OK;
@@ -1242,20 +1252,38 @@ void dp_chan_close(struct dp_chan *ch)
 	free(ch);
 }
 
-void dp_stop(struct dataplane *dp)
+void dp_shutdown(struct dataplane *dp)
 {
 	if (dp == NULL)
 		return;
 	pthread_mutex_lock(&dp->lock);
+	bool again = dp->stopping;
 	dp->stopping = 1;
-	struct dp_peer *peers = dp->peers;
+	struct dp_peer *peers = again ? NULL : dp->peers;
 	dp->peers = NULL;
 	pthread_mutex_unlock(&dp->lock);
+	if (again)
+		return;
 	nng_stream_listener_close(dp->listener);
 	nng_aio_free(dp->accept);
 	nng_stream_listener_free(dp->listener);
-	/* No new connection comes now; the list only shrinks under reap_conns, not called here. */
-	for (struct dp_conn *c = dp->conns; c != NULL; c = c->next) {
+	/*
+	 * No new connection comes now. A core still opening a channel may reap the list
+	 * meanwhile: work on a snapshot, each connection held by a reference.
+	 */
+	pthread_mutex_lock(&dp->lock);
+	int n = 0;
+	for (struct dp_conn *c = dp->conns; c != NULL; c = c->next)
+		n++;
+	struct dp_conn **conns = calloc((size_t)n + 1, sizeof(*conns));
+	n = 0;
+	for (struct dp_conn *c = dp->conns; c != NULL && conns != NULL; c = c->next) {
+		c->refs++;
+		conns[n++] = c;
+	}
+	pthread_mutex_unlock(&dp->lock);
+	for (int i = 0; i < n; i++) {
+		struct dp_conn *c = conns[i];
 		pthread_mutex_lock(&c->w.lock);
 		c->w.error = NNG_ECLOSED; /* requests answered later free their acknowledgement */
 		pthread_mutex_unlock(&c->w.lock);
@@ -1264,7 +1292,9 @@ void dp_stop(struct dataplane *dp)
 		nng_aio_stop(c->w.aio);
 		writer_fail(&c->w, NNG_ECLOSED);
 		conn_stop_reading(c);
+		conn_unref(c);
 	}
+	free(conns);
 	while (peers != NULL) {
 		struct dp_peer *next = peers->next;
 		peer_fail(peers, ST_UNAVAILABLE, "the data plane stopped");
@@ -1272,6 +1302,13 @@ void dp_stop(struct dataplane *dp)
 		peers = next;
 	}
 	reap_conns(dp);
+}
+
+void dp_stop(struct dataplane *dp)
+{
+	if (dp == NULL)
+		return;
+	dp_shutdown(dp);
 	dp_unref(dp, 1);
 }
 

@@ -90,6 +90,12 @@ struct dp_handlers {
  */
 int dp_start(struct dataplane **out, const char *url, char *bound_url,
              const struct dp_handlers *handlers, struct status *st);
+/*
+ * dp_shutdown closes every stream and the listener and stops all callbacks; channels opened
+ * after it fail with UNAVAILABLE, and parked requests may still be completed. dp_stop does
+ * the same if not done yet, then lets go of dp (freed once no parked request holds it).
+ */
+void dp_shutdown(struct dataplane *dp);
 void dp_stop(struct dataplane *dp);
 /*
  * Frees what connections peers closed left behind (channels opening do it too). Not from the

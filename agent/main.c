@@ -325,9 +325,11 @@ int main(int argc, char **argv)
 	event_free(sigint);
 	event_base_free(m.base);
 	rpc_server_stop(server);
-	dp_stop(dp);
+	/* No chunk arrives once the data plane is shut, but cores still see it until joined. */
+	dp_shutdown(dp);
 	if (m.device_up)
 		device_destroy(&m.agent.dev);
+	dp_stop(dp);
 	rpc_client_close(m.coordinator);
 	log_info("stopped");
 	return 0;
