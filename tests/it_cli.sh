@@ -15,6 +15,12 @@ fail() {
 	exit 1
 }
 
+# Coordinator options pass through podemu up, and a bad one stops it with the coordinator's words.
+if pe up --hosts 1 --cores-per-host 1 --hbm 64M --window 0 --port 0 >"$state/window.txt" 2>&1; then
+	fail "podemu up --window 0 started a pod"
+fi
+grep -q -- "--window must be in \[1, 64\]" "$state/window.txt" || fail "--window 0 not refused"
+
 # A v3-8 at the seed's full size without backing: 512 MiB in, 4 GiB out per core.
 pe up --topology v3-8 --backing none --port 0 >/dev/null
 pe status --json >"$state/status.json"

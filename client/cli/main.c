@@ -31,6 +31,7 @@ static void usage(FILE *f)
 	    "          --topology NAME | --hosts H --cores-per-host C --hbm SIZE\n"
 	    "          --backing host|none  --port N (0: any free port)  --timeout-ms N\n"
 	    "          --chunk-bytes SIZE  --collective-timeout-ms N  --heartbeat-timeout-ms N\n"
+	    "          --window N (data-plane chunks in flight per peer, default 4)\n"
 	    "          --combine-threshold-bytes SIZE (default 30M; 0: no combining)\n"
 	    "          --scheduler memory-aware|recorded (default memory-aware)\n"
 	    "          --fusion elementwise|none (default elementwise)\n"
@@ -78,6 +79,7 @@ enum {
 	OPT_JSON,
 	OPT_ELEMENTS,
 	OPT_CHUNK,
+	OPT_WINDOW,
 	OPT_COLL_TIMEOUT,
 	OPT_LEASE,
 	OPT_TLS,
@@ -136,6 +138,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"elements", required_argument, NULL, OPT_ELEMENTS},
 	    {"chunk-bytes", required_argument, NULL, OPT_CHUNK},
+	    {"window", required_argument, NULL, OPT_WINDOW},
 	    {"collective-timeout-ms", required_argument, NULL, OPT_COLL_TIMEOUT},
 	    {"heartbeat-timeout-ms", required_argument, NULL, OPT_LEASE},
 	    {"tls", no_argument, NULL, OPT_TLS},
@@ -210,6 +213,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_CHUNK:
 			o->up.chunk_bytes = optarg;
+			break;
+		case OPT_WINDOW:
+			o->up.window = optarg;
 			break;
 		case OPT_COLL_TIMEOUT:
 			o->up.collective_timeout_ms = optarg;

@@ -279,6 +279,7 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	const struct {
 		const char *flag, *value;
 	} passed[] = {{"--chunk-bytes", o->chunk_bytes},
+	              {"--window", o->window},
 	              {"--collective-timeout-ms", o->collective_timeout_ms},
 	              {"--heartbeat-timeout-ms", o->heartbeat_timeout_ms},
 	              {"--combine-threshold-bytes", o->combine_threshold},

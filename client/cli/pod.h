@@ -14,6 +14,7 @@ struct up_options {
 	int port;
 	int timeout_ms;
 	const char *chunk_bytes;
+	const char *window; /* data-plane chunks in flight per peer */
 	const char *collective_timeout_ms;
 	const char *heartbeat_timeout_ms;
 	const char *combine_threshold; /* the coordinator's passes */
