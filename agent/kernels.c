@@ -546,6 +546,10 @@ static int dot(const struct kernel_call *k, struct status *st)
 
 int kernel_run(const struct kernel_call *k, struct status *st)
 {
+	if (opcode_is_unary(k->op)) {
+		unary(k);
+		return ST_OK;
+	}
 	switch (k->op) {
 	case OP_CONSTANT:
 		fill(k->out_shape, k->out, k->node->value);
@@ -586,16 +590,6 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 		return ST_OK;
 	case OP_REDUCE:
 		return reduce(k, st);
-	case OP_NEGATE:
-	case OP_NOT:
-	case OP_ABS:
-	case OP_EXPONENTIAL:
-	case OP_LOG:
-	case OP_TANH:
-	case OP_SQRT:
-	case OP_RSQRT:
-		unary(k);
-		return ST_OK;
 	case OP_COMPARE:
 		compare(k);
 		return ST_OK;

@@ -95,8 +95,27 @@ enum opcode opcode_parse(const char *name)
 	return OP_INVALID;
 }
 
+bool opcode_is_unary(enum opcode op)
+{
+	switch (op) {
+	case OP_NEGATE:
+	case OP_NOT:
+	case OP_ABS:
+	case OP_EXPONENTIAL:
+	case OP_LOG:
+	case OP_TANH:
+	case OP_SQRT:
+	case OP_RSQRT:
+		return true;
+	default:
+		return false;
+	}
+}
+
 bool opcode_is_elementwise(enum opcode op)
 {
+	if (opcode_is_unary(op))
+		return true;
 	switch (op) {
 	case OP_ADD:
 	case OP_SUBTRACT:
@@ -106,14 +125,6 @@ bool opcode_is_elementwise(enum opcode op)
 	case OP_MINIMUM:
 	case OP_AND:
 	case OP_OR:
-	case OP_NOT:
-	case OP_NEGATE:
-	case OP_ABS:
-	case OP_EXPONENTIAL:
-	case OP_LOG:
-	case OP_TANH:
-	case OP_SQRT:
-	case OP_RSQRT:
 	case OP_COMPARE:
 	case OP_SELECT:
 	case OP_CONVERT:
@@ -690,6 +701,8 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 			                  label, k);
 	}
 	const struct shape *a = n->n_operands > 0 ? &shapes[n->operands[0]] : NULL;
+	if (opcode_is_unary(op))
+		return infer_unary(out, a, op, label, st);
 	int rv;
 	switch (op) {
 	case OP_PARAMETER:
@@ -793,15 +806,6 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	case OP_ALL_TO_ALL:
 	case OP_COLLECTIVE_PERMUTE:
 		return infer_collective(out, op, n, a, env, label, st);
-	case OP_NEGATE:
-	case OP_NOT:
-	case OP_ABS:
-	case OP_EXPONENTIAL:
-	case OP_LOG:
-	case OP_TANH:
-	case OP_SQRT:
-	case OP_RSQRT:
-		return infer_unary(out, a, op, label, st);
 	case OP_COMPARE:
 		return infer_compare(out, n, a, &shapes[n->operands[1]], label, st);
 	case OP_SELECT:

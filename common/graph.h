@@ -87,6 +87,8 @@ enum comparison comparison_parse(const char *name);
  * element i of the result depends on element i of each operand only.
  */
 bool opcode_is_elementwise(enum opcode op);
+/* The elementwise ops of one operand: negate, not, abs, exponential, log, tanh, sqrt, rsqrt. */
+bool opcode_is_unary(enum opcode op);
 
 /* True for the collectives, which move data between cores. */
 int opcode_is_collective(enum opcode op);
