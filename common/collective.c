@@ -196,8 +196,9 @@ static int parse_iota(const char *text, int64_t **ids, int **sizes, int *num_gro
 	    (skip_space(&p), *p++ != ']') || (skip_space(&p), strncmp(p, "<=[", 3) != 0))
 		goto bad;
 	p += 3;
-	if (parse_int(&p, &n) || (skip_space(&p), *p++ != ']') || g < 1 || s < 1 || g * s != n ||
-	    n > 1 << 20)
+	/* Bounded before multiplying: "[9999...,8]<=[8]" must not overflow. */
+	if (parse_int(&p, &n) || (skip_space(&p), *p++ != ']') || g < 1 || s < 1 || n < 1 ||
+	    n > 1 << 20 || g > n || s > n || g * s != n)
 		goto bad;
 	skip_space(&p);
 	if (*p != '\0')

@@ -3,12 +3,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 #include <malloc.h>
 
 #include "arena.h"
+#include "collective.h"
 #include "dtype.h"
 #include "status.h"
 #include "topology.h"
@@ -127,6 +129,31 @@ static void test_arena_packs_small_allocations(void **state)
 	arena_free(a);
 }
 
+static void test_iota_replica_groups(void **state)
+{
+	int64_t *ids = NULL;
+	int *sizes = NULL;
+	int n = 0;
+	struct status st;
+	assert_int_equal(coll_groups_parse("[2,4]<=[8]", &ids, &sizes, &n, &st), ST_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(sizes[0], 4);
+	assert_int_equal(ids[7], 7);
+	free(ids);
+	free(sizes);
+	/* Counts whose product overflows, or that disagree, are refused, not multiplied. */
+	const char *bad[] = {"[9999999999999999999999,8]<=[8]", "[4611686018427387904,2]<=[0]",
+	                     "[3,3]<=[8]", "[0,8]<=[8]"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ids = NULL;
+		sizes = NULL;
+		assert_int_equal(coll_groups_parse(bad[i], &ids, &sizes, &n, &st),
+		                 ST_INVALID_ARGUMENT);
+		free(ids);
+		free(sizes);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -136,6 +163,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_size),
 	    cmocka_unit_test(test_shapes),
 	    cmocka_unit_test(test_arena_packs_small_allocations),
+	    cmocka_unit_test(test_iota_replica_groups),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
