@@ -91,13 +91,13 @@ static bool is_local(const struct run *r, int ordinal)
 	return host_of(r, ordinal) == r->dev->host_index;
 }
 
-/* Wakes cores waiting in coll_run (a data-plane completion or a delivery). */
+/* Wakes the core whose channel completed a send or took an acknowledgement. */
 static void notify(void *arg)
 {
-	struct device *dev = arg;
+	struct core *c = arg;
+	struct device *dev = c->dev;
 	pthread_mutex_lock(&dev->lock);
-	dev->events++;
-	pthread_cond_broadcast(&dev->cv);
+	core_wake(c);
 	pthread_mutex_unlock(&dev->lock);
 }
 
@@ -117,7 +117,7 @@ static int get_chan(struct run *r, int ordinal, struct dp_chan **out, struct sta
 	int h = host_of(r, ordinal);
 	if (r->chans[h] == NULL) {
 		int rv = dp_chan_open(&r->chans[h], r->dev->dp, r->s->prog->peer_data_urls[h],
-		                      r->s->window, r->s->timeout_ms, notify, r->dev, st);
+		                      r->s->window, r->s->timeout_ms, notify, r->c, st);
 		if (rv != ST_OK)
 			return peer_failed(r, h, rv, st);
 	}
@@ -213,10 +213,10 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 		e->payload = e->staged;
 	}
 	pthread_mutex_lock(&r->dev->lock);
-	push_entry(r->s, peer - r->dev->host_index * r->dev->cores_per_host, e);
+	int to = peer - r->dev->host_index * r->dev->cores_per_host;
+	push_entry(r->s, to, e);
 	r->posts[r->num_posts++] = e;
-	r->dev->events++;
-	pthread_cond_broadcast(&r->dev->cv);
+	core_wake(&r->dev->cores[to]);
 	pthread_mutex_unlock(&r->dev->lock);
 	return ST_OK;
 }
@@ -265,8 +265,8 @@ static void ack_entry(struct run *r, struct inbox_entry *e, int code, const char
 	} else {
 		e->done = 1;
 	}
-	r->dev->events++;
-	pthread_cond_broadcast(&r->dev->cv);
+	/* The core that posted it may post more, or end its phase or collective. */
+	core_wake(&r->dev->cores[e->h.src_ordinal - r->dev->host_index * r->dev->cores_per_host]);
 	pthread_mutex_unlock(&r->dev->lock);
 }
 
@@ -296,7 +296,7 @@ static int drain_posts(struct run *r, struct status *st)
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
-		else if (pthread_cond_timedwait(&r->dev->cv, &r->dev->lock, &r->deadline) ==
+		else if (pthread_cond_timedwait(&r->c->cv, &r->dev->lock, &r->deadline) ==
 		         ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a local core did not take this core's data within %d ms",
@@ -441,7 +441,7 @@ static void close_post(struct run *r, int k, bool failed)
 			dp_request_cancel(p->placing);
 			cancelled = true;
 		}
-		if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
 			failed = true;
 	}
 	pthread_mutex_unlock(&dev->lock);
@@ -469,7 +469,7 @@ static int run_phase(struct run *r, int k, const Podemu__CollPhase *ph, struct s
 		open_post(r, k, ph, rtag);
 	while (rv == ST_OK && (sent < send_len || recvd < recv_len)) {
 		pthread_mutex_lock(&dev->lock);
-		uint64_t gen = dev->events;
+		uint64_t gen = r->c->events;
 		pthread_mutex_unlock(&dev->lock);
 		int progress = 0;
 		while (rv == ST_OK && sent < send_len && can_post(r, ph->send_peer)) {
@@ -508,9 +508,9 @@ static int run_phase(struct run *r, int k, const Podemu__CollPhase *ph, struct s
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		int timed_out = 0;
-		while (dev->events == gen && !timed_out && r->s->cancel_code == ST_OK)
-			timed_out =
-			    pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT;
+		while (r->c->events == gen && !timed_out && r->s->cancel_code == ST_OK)
+			timed_out = pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) ==
+			            ETIMEDOUT;
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
 		pthread_mutex_unlock(&dev->lock);
@@ -547,7 +547,7 @@ static int finish(struct run *r, int rv, struct status *st)
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
-		else if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+		else if (pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a local core did not take this core's data within %d ms",
 			                r->s->timeout_ms);
@@ -556,7 +556,7 @@ static int finish(struct run *r, int rv, struct status *st)
 		r->posts[i]->orphan = 1;
 	r->num_posts = 0;
 	/*
-	 * Remote peers acknowledge what they consumed (each acknowledgement notifies dev->cv). A
+	 * Remote peers acknowledge what they consumed (each acknowledgement wakes this core). A
 	 * peer that died is not waited for past an abort of the step or the deadline.
 	 */
 	while (rv == ST_OK) {
@@ -569,7 +569,7 @@ static int finish(struct run *r, int rv, struct status *st)
 			break;
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
-		else if (pthread_cond_timedwait(&dev->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+		else if (pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a peer did not acknowledge this core's data within %d ms",
 			                r->s->timeout_ms);
@@ -723,8 +723,7 @@ int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *r
 			e->placed = true;
 		}
 	push_entry(s, local, e);
-	dev->events++;
-	pthread_cond_broadcast(&dev->cv);
+	core_wake(&dev->cores[local]);
 	return DP_PARKED;
 }
 
@@ -757,10 +756,10 @@ void coll_unplace(struct device *dev, struct step *s, struct dp_request *req)
 {
 	for (int c = 0; c < dev->cores_per_host; c++)
 		for (int k = 0; k < s->posts[c].n; k++)
-			if (s->posts[c].list[k].placing == req)
+			if (s->posts[c].list[k].placing == req) {
 				s->posts[c].list[k].placing = NULL;
-	dev->events++;
-	pthread_cond_broadcast(&dev->cv);
+				core_wake(&dev->cores[c]);
+			}
 }
 
 void coll_step_cleanup(struct device *dev, struct step *s)

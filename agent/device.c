@@ -24,6 +24,8 @@ int device_init(struct device *dev, int host_index, int num_hosts, int cores_per
 	dev->cores = calloc((size_t)cores_per_host, sizeof(*dev->cores));
 	if (dev->cores == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0; i < cores_per_host; i++)
+		pthread_cond_init(&dev->cores[i].cv, NULL);
 	for (int i = 0; i < cores_per_host; i++) {
 		struct core *c = &dev->cores[i];
 		c->dev = dev;
@@ -63,12 +65,26 @@ void device_destroy(struct device *dev)
 	for (int i = 0; i < dev->num_buffers; i++)
 		free(dev->buffers[i].offsets);
 	free(dev->buffers);
-	for (int i = 0; i < dev->cores_per_host; i++)
+	for (int i = 0; i < dev->cores_per_host; i++) {
 		hbm_destroy(&dev->cores[i].heap);
+		pthread_cond_destroy(&dev->cores[i].cv);
+	}
 	free(dev->cores);
 	dev->cores = NULL;
 	pthread_cond_destroy(&dev->cv);
 	pthread_mutex_destroy(&dev->lock);
+}
+
+void core_wake(struct core *c)
+{
+	c->events++;
+	pthread_cond_signal(&c->cv);
+}
+
+void device_wake_cores(struct device *dev)
+{
+	for (int i = 0; i < dev->cores_per_host; i++)
+		core_wake(&dev->cores[i]);
 }
 
 struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle)

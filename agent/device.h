@@ -27,6 +27,12 @@ struct core {
 	pthread_t thread;
 	bool thread_started;
 	struct step *pending; /* set by device_run, cleared by the core when done */
+	/*
+	 * A core waiting in a collective waits on its own cv, for its own events: bumped (under
+	 * dev->lock, with a signal) whenever it may go on. Nothing else is woken by a chunk.
+	 */
+	pthread_cond_t cv;
+	uint64_t events;
 };
 
 /* A device buffer exists on every core of the host (SPMD), at its own offset in each heap. */
@@ -57,8 +63,11 @@ struct device {
 	 * before each collective until the step is aborted, as a hung kernel would.
 	 */
 	bool stall_before_collective;
-	uint64_t events; /* bumped (with cv broadcast) whenever a waiting core may go on */
 };
+
+/* Wakes one core waiting in a collective, or every core (a step aborted). dev->lock held. */
+void core_wake(struct core *c);
+void device_wake_cores(struct device *dev);
 
 /*
  * Creates the host's cores, each with a heap of bytes_limit usable bytes, and starts their

@@ -379,8 +379,8 @@ int device_abort(struct device *dev, uint64_t step_id, int code, const char *rea
 			snprintf(s->cancel_reason, sizeof(s->cancel_reason), "%s",
 			         reason && reason[0] ? reason : "the step was aborted");
 		}
-		dev->events++;
-		pthread_cond_broadcast(&dev->cv);
+		device_wake_cores(dev);
+		pthread_cond_broadcast(&dev->cv); /* a stalled core */
 	} else {
 		step_free_outputs(dev, s);
 		step_destroy(dev, s);
@@ -576,7 +576,7 @@ void *device_core_main(void *arg)
 			s->failed_core = c->local;
 			snprintf(s->cancel_reason, sizeof(s->cancel_reason), "core %d failed: %s",
 			         c->ordinal, st.message);
-			dev->events++;
+			device_wake_cores(dev);
 		}
 		c->pending = NULL;
 		s->done_cores++;
