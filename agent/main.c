@@ -324,6 +324,12 @@ int main(int argc, char **argv)
 	event_free(sigterm);
 	event_free(sigint);
 	event_base_free(m.base);
+	/*
+	 * A step in flight is aborted first: its cores stop waiting in collectives, and the
+	 * request that runs it returns, so the server's workers can be joined.
+	 */
+	if (m.device_up)
+		device_abort(&m.agent.dev, 0, ST_UNAVAILABLE, "the agent is stopping", NULL, NULL);
 	rpc_server_stop(server);
 	/* No chunk arrives once the data plane is shut, but cores still see it until joined. */
 	dp_shutdown(dp);
