@@ -3,6 +3,7 @@
  * collective chunks from peer agents, and runs one executor thread per simulated core. The main
  * thread runs a libevent loop for signals, registration and heartbeats.
  */
+#include <errno.h>
 #include <event2/event.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpus.h"
 #include "dataplane.h"
 #include "log.h"
 #include "podemu.pb-c.h"
@@ -53,6 +55,7 @@ static void usage(FILE *f)
 	        "  --host-index N          ask for host index N (e.g. a StatefulSet ordinal)\n"
 	        "  --backing host|none     real bytes behind each heap, or accounting only\n"
 	        "  --heartbeat-ms N        heartbeat interval (default 1000)\n"
+	        "  --cpus LIST             run on these CPUs only, e.g. 0-3,8 (as taskset -c)\n"
 	        "  --token-file PATH       the pod's secret (else PODEMU_TOKEN)\n"
 	        "  --insecure              allow non-loopback addresses without a token\n"
 	        "  --tls-cert PATH --tls-key PATH --tls-ca PATH\n"
@@ -200,6 +203,7 @@ int main(int argc, char **argv)
 	    {"host-index", required_argument, NULL, 'i'},
 	    {"backing", required_argument, NULL, 'b'},
 	    {"heartbeat-ms", required_argument, NULL, 'B'},
+	    {"cpus", required_argument, NULL, 'C'},
 	    DAEMON_TRUST_LONG_OPTIONS,
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
@@ -209,6 +213,7 @@ int main(int argc, char **argv)
 	const char *coordinator = "tcp://127.0.0.1:7460", *data_listen = "tcp://127.0.0.1:0";
 	const char *control_listen = "tcp://127.0.0.1:0", *advertise_host = NULL;
 	int heartbeat_ms = 1000;
+	const char *cpus = NULL;
 	struct daemon_trust trust = {0};
 	enum log_level level = LOG_INFO;
 	m.backing = "host";
@@ -241,6 +246,9 @@ int main(int argc, char **argv)
 		case 'B':
 			heartbeat_ms = atoi(optarg);
 			break;
+		case 'C':
+			cpus = optarg;
+			break;
 		case 'v':
 			level = LOG_DEBUG;
 			break;
@@ -254,6 +262,19 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (cpus != NULL) {
+		/* Before any thread starts: nng's, the cores' and the server's inherit it. */
+		cpu_set_t set;
+		struct status st;
+		if (cpus_parse(&set, cpus, &st) != ST_OK) {
+			fprintf(stderr, "podemu-agent: --cpus: %s\n", st.message);
+			return 2;
+		}
+		if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+			fprintf(stderr, "podemu-agent: --cpus %s: %s\n", cpus, strerror(errno));
+			return 2;
+		}
+	}
 	if (strcmp(m.backing, "host") != 0 && strcmp(m.backing, "none") != 0) {
 		fprintf(stderr, "podemu-agent: --backing must be host or none\n");
 		return 2;
@@ -263,6 +284,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_init("agent", level);
+	if (cpus != NULL)
+		log_info("running on CPUs %s", cpus);
 	signal(SIGPIPE, SIG_IGN);
 	/*
 	 * Chunk buffers (a few MiB, allocated and freed for every chunk) must come from reused heap

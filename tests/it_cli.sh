@@ -192,6 +192,24 @@ text = " ".join(t.firstChild.data for t in d.getElementsByTagName("text") if t.f
 assert "peak 4.50G" in text and "capacity 15.48G" in text, text' "$state/seed.svg" ||
 	fail "mem --svg"
 pe up --hosts 2 --cores-per-host 4 --hbm 1G --backing none --port 0 >/dev/null
+# Each agent runs on its own half of the CPUs this test may use (one each if it has two).
+python3 - "$state" <<'PY' || fail "agents not bound to their CPUs"
+import os, sys
+cpus = sorted(os.sched_getaffinity(0))
+for h in range(2):
+    pid = open(f"{sys.argv[1]}/agent-{h}.pid").read().strip()
+    line = [l for l in open(f"/proc/{pid}/status") if l.startswith("Cpus_allowed_list")][0]
+    got = set()
+    for part in line.split()[1].split(","):
+        lo, _, hi = part.partition("-")
+        got |= set(range(int(lo), int(hi or lo) + 1))
+    want = set(cpus[h * len(cpus) // 2:(h + 1) * len(cpus) // 2]) if len(cpus) > 1 else set(cpus)
+    if len(cpus) == 1:
+        want = got  # one CPU: nothing to bind
+    assert got == want, (h, sorted(got), sorted(want))
+PY
+if pe up --bind-to cores >"$state/bind.txt" 2>&1; then fail "--bind-to cores accepted"; fi
+grep -q -- "--bind-to must be cpu or none" "$state/bind.txt" || fail "--bind-to cores not refused"
 { pe compile "$hlo/seed.hlo" --json || [[ $? == 1 ]]; } | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

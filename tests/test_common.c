@@ -1,4 +1,4 @@
-/* Status texts, byte formatting, topologies, sizes, shapes. */
+/* Status texts, byte formatting, topologies, sizes, shapes, CPU lists. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 
 #include "arena.h"
 #include "collective.h"
+#include "cpus.h"
 #include "dtype.h"
 #include "status.h"
 #include "topology.h"
@@ -154,6 +155,45 @@ static void test_iota_replica_groups(void **state)
 	}
 }
 
+static void test_cpu_lists(void **state)
+{
+	cpu_set_t set;
+	struct status st;
+	char text[64];
+	assert_int_equal(cpus_parse(&set, "0-3,8,10-11", &st), ST_OK);
+	assert_int_equal(CPU_COUNT(&set), 7);
+	assert_true(CPU_ISSET(8, &set) && !CPU_ISSET(9, &set));
+	cpus_format(&set, text, sizeof(text));
+	assert_string_equal(text, "0-3,8,10-11");
+	const char *bad[] = {"",   "a", "3-1", "1,", ",1", "1-", "0-99999", "99999999999999999999",
+	                     "1 ", "-1"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(cpus_parse(&set, bad[i], &st), ST_INVALID_ARGUMENT);
+		assert_non_null(strstr(st.message, "is not a CPU list"));
+	}
+
+	/* Fewer CPUs than agents: one each, round-robin; else blocks of consecutive CPUs. */
+	cpu_set_t two, eight, mine;
+	cpus_parse(&two, "0-1", &st);
+	cpus_parse(&eight, "0-7", &st);
+	const char *want4on2[] = {"0", "1", "0", "1"};
+	for (int h = 0; h < 4; h++) {
+		cpus_for_agent(&mine, &two, h, 4);
+		cpus_format(&mine, text, sizeof(text));
+		assert_string_equal(text, want4on2[h]);
+	}
+	const char *want3on8[] = {"0-1", "2-4", "5-7"};
+	for (int h = 0; h < 3; h++) {
+		cpus_for_agent(&mine, &eight, h, 3);
+		cpus_format(&mine, text, sizeof(text));
+		assert_string_equal(text, want3on8[h]);
+	}
+	cpus_parse(&set, "2,5,9", &st); /* the allowed CPUs need not be consecutive */
+	cpus_for_agent(&mine, &set, 4, 5);
+	cpus_format(&mine, text, sizeof(text));
+	assert_string_equal(text, "5");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -164,6 +204,7 @@ int main(void)
 	    cmocka_unit_test(test_shapes),
 	    cmocka_unit_test(test_arena_packs_small_allocations),
 	    cmocka_unit_test(test_iota_replica_groups),
+	    cmocka_unit_test(test_cpu_lists),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,8 @@ static void usage(FILE *f)
 	    "          --fusion elementwise|none (default elementwise)\n"
 	    "          --tls (mutual TLS on every socket; certificate, key and pod CA from\n"
 	    "          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
+	    "          --bind-to cpu|none (default cpu: with several agents, each runs on its\n"
+	    "          own CPUs, or shares one round-robin when there are fewer CPUs)\n"
 	    "  down    stop every process of the pod\n"
 	    "  status  show hosts and per-core memory  [--json]\n"
 	    "  demo    the seed scenario (pytorch/xla 3510): fill N ones per core, mark_step,\n"
@@ -83,6 +85,7 @@ enum {
 	OPT_COLL_TIMEOUT,
 	OPT_LEASE,
 	OPT_TLS,
+	OPT_BIND_TO,
 	OPT_HELP,
 	OPT_OP,
 	OPT_MIN_BYTES,
@@ -142,6 +145,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"collective-timeout-ms", required_argument, NULL, OPT_COLL_TIMEOUT},
 	    {"heartbeat-timeout-ms", required_argument, NULL, OPT_LEASE},
 	    {"tls", no_argument, NULL, OPT_TLS},
+	    {"bind-to", required_argument, NULL, OPT_BIND_TO},
 	    {"help", no_argument, NULL, OPT_HELP},
 	    {"op", required_argument, NULL, OPT_OP},
 	    {"min-bytes", required_argument, NULL, OPT_MIN_BYTES},
@@ -225,6 +229,13 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_TLS:
 			o->up.tls = 1;
+			break;
+		case OPT_BIND_TO:
+			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "none") != 0) {
+				fprintf(stderr, "podemu: --bind-to must be cpu or none\n");
+				return -1;
+			}
+			o->up.bind_to = optarg;
 			break;
 		case OPT_OP:
 			o->bench.ops = optarg;
@@ -649,6 +660,7 @@ int main(int argc, char **argv)
 	struct cli o;
 	memset(&o, 0, sizeof(o));
 	o.up.backing = "host";
+	o.up.bind_to = "cpu";
 	o.up.port = 7460;
 	o.up.timeout_ms = 60000;
 	o.bench = (struct bench_options){.ops = "all-gather,reduce-scatter,all-reduce",

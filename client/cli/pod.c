@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "cpus.h"
 #include "podemu.pb-c.h"
 #include "rpc.h"
 #include "services.h"
@@ -333,7 +334,7 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 /* Starts the agent for host index h unless one is running; 1 when started, 0 if not, -1. */
 /* Starts host h's agent unless it runs: 1 and its pid in *pid when started, 0 when not. */
 static int start_agent(struct pod_files *pf, int h, const char *url, const char *backing,
-                       pid_t *pid_out)
+                       const char *cpus, pid_t *pid_out)
 {
 	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX], index[16];
 	snprintf(path, sizeof(path), "%s/agent-%d.pid", pf->dir, h);
@@ -344,15 +345,19 @@ static int start_agent(struct pod_files *pf, int h, const char *url, const char 
 	snprintf(index, sizeof(index), "%d", h);
 	char *argv[16] = {exe,         "--coordinator", (char *)url,    "--host-index", index,
 	                  "--backing", (char *)backing, "--token-file", pf->token_file};
+	int argc = 9;
 	if (tls_url(url)) {
 		/* Over TLS like the coordinator; the identity comes from PODEMU_TLS_*. */
-		int argc = 9;
 		argv[argc++] = "--listen";
 		argv[argc++] = "tls+tcp://127.0.0.1:0";
 		argv[argc++] = "--control-listen";
 		argv[argc++] = "tls+tcp://127.0.0.1:0";
-		argv[argc] = NULL;
 	}
+	if (cpus != NULL) {
+		argv[argc++] = "--cpus";
+		argv[argc++] = (char *)cpus;
+	}
+	argv[argc] = NULL;
 	snprintf(log, sizeof(log), "%s/agent-%d.log", pf->dir, h);
 	pid_t pid = spawn(argv, log);
 	if (pid < 0 || write_pid(path, pid) != 0) {
@@ -520,8 +525,19 @@ int pod_up(const struct up_options *o)
 		fprintf(stderr, "podemu up: out of memory\n");
 		return 1;
 	}
+	/* Agents share this machine's CPUs as hosts would not: each gets its own (mpirun's
+	 * binding), unless there is one agent or one CPU. */
+	cpu_set_t allowed;
+	bool bind = strcmp(o->bind_to, "cpu") == 0 && num_hosts > 1 &&
+	            sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 1;
 	for (int h = 0; h < num_hosts; h++) {
-		int got = start_agent(&pf, h, url, backing, &agent_pids[h]);
+		char cpus[256];
+		if (bind) {
+			cpu_set_t mine;
+			cpus_for_agent(&mine, &allowed, h, num_hosts);
+			cpus_format(&mine, cpus, sizeof(cpus));
+		}
+		int got = start_agent(&pf, h, url, backing, bind ? cpus : NULL, &agent_pids[h]);
 		if (got < 0) {
 			free(agent_pids);
 			if (!resume)

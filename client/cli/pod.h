@@ -20,7 +20,8 @@ struct up_options {
 	const char *combine_threshold; /* the coordinator's passes */
 	const char *scheduler;
 	const char *fusion;
-	int tls; /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
+	int tls;             /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
+	const char *bind_to; /* "cpu": each agent on its own CPUs (see cpus_for_agent), "none" */
 };
 
 /* Starts coordinator and agents, waits until the pod is ready; returns a process exit code. */
