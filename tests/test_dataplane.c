@@ -10,14 +10,17 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <nng/nng.h>
+#include <sys/socket.h>
 
 #include "dataplane.h"
 
 /* A receiver that copies chunks into a buffer, or parks them while "not ready". */
 struct sink {
 	pthread_mutex_t lock;
-	unsigned char buf[1 << 20];
+	unsigned char buf[4 << 20];
 	uint64_t bytes;
 	int chunks;
 	int lasts;
@@ -326,6 +329,44 @@ static void test_a_payload_cut_short_is_given_up(void **state)
 	assert_int_equal(sink.chunks, 0);
 }
 
+/* The receive low-water mark of the receiver's end of its connection from tx; -1: none. */
+static int receiver_lowat(void)
+{
+	int port = atoi(strrchr(rx_url, ':') + 1), mark = -1;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		int fd = atoi(e->d_name);
+		struct sockaddr_in a, b;
+		socklen_t al = sizeof(a), bl = sizeof(b), ml = sizeof(mark);
+		if (getsockname(fd, (struct sockaddr *)&a, &al) == 0 && a.sin_family == AF_INET &&
+		    ntohs(a.sin_port) == port &&
+		    getpeername(fd, (struct sockaddr *)&b, &bl) == 0) /* not the listener */
+			getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, &ml);
+	}
+	if (d != NULL)
+		closedir(d);
+	return mark;
+}
+
+/*
+ * A reader is woken once what it waits for is in, not for every segment: the mark follows each
+ * read down to the next header (never above what is still to come, or the reader would stall).
+ */
+static void test_readers_wait_for_what_they_read(void **state)
+{
+	reset_sink(1);
+	static unsigned char data[3 << 20];
+	const char *peers[] = {rx_url};
+	struct dp_header h = {.step_id = 9};
+	struct status st;
+	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 2 << 20, 4, 5000, &st),
+	                 ST_OK);
+	assert_int_equal(sink.chunks, 2);
+	usleep(20000); /* the reader goes on to the next header after the last delivery */
+	assert_int_equal(receiver_lowat(), (int)sizeof(struct dp_header));
+}
+
 static void test_unreachable_peer_fails_within_the_deadline(void **state)
 {
 	const char *peers[] = {"tcp://127.0.0.1:1"};
@@ -346,6 +387,7 @@ int main(void)
 	    cmocka_unit_test(test_malformed_frames_are_answered),
 	    cmocka_unit_test(test_payloads_are_read_into_place),
 	    cmocka_unit_test(test_a_payload_cut_short_is_given_up),
+	    cmocka_unit_test(test_readers_wait_for_what_they_read),
 
 	    cmocka_unit_test(test_unreachable_peer_fails_within_the_deadline),
 	};
