@@ -40,9 +40,9 @@ static Podemu__BlockLayout *whole(struct builder *b, const struct shape *s)
 	return layout(b, 0, bytes, bytes, 1);
 }
 
-/* Block `k` of n when s is split evenly along dimension d. */
-static Podemu__BlockLayout *split_block(struct builder *b, const struct shape *s, int d, int n,
-                                        int k)
+/* Blocks k .. k+count-1 of n when s is split evenly along dimension d. */
+static Podemu__BlockLayout *split_range(struct builder *b, const struct shape *s, int d, int n,
+                                        int k, int count)
 {
 	int64_t inner = (int64_t)dtype_size(s->dtype), outer = 1;
 	for (int i = d + 1; i < s->rank; i++)
@@ -50,7 +50,14 @@ static Podemu__BlockLayout *split_block(struct builder *b, const struct shape *s
 	for (int i = 0; i < d; i++)
 		outer *= s->dims[i];
 	int64_t full = s->dims[d] * inner, part = full / n;
-	return layout(b, (int64_t)k * part, part, full, outer);
+	return layout(b, (int64_t)k * part, count * part, full, outer);
+}
+
+/* Block `k` of n when s is split evenly along dimension d. */
+static Podemu__BlockLayout *split_block(struct builder *b, const struct shape *s, int d, int n,
+                                        int k)
+{
+	return split_range(b, s, d, n, k, 1);
 }
 
 /* Block `k` of n of the flat element sequence, sizes differing by at most one element. */
@@ -134,10 +141,25 @@ static Podemu__CollPhase *combine(struct builder *b, int send_peer, Podemu__Coll
 #define IN PODEMU__COLL_BUFFER__COLL_INPUT
 #define OUT PODEMU__COLL_BUFFER__COLL_OUTPUT
 
+/*
+ * All-gather in place: ring (n-1 phases of one block each), direct (every member sends its
+ * input to every other, within a host), or recursive doubling for a power-of-two group (log2 n
+ * phases: at distance `bit` a core swaps the 'bit' blocks it holds, a run of consecutive
+ * blocks, with the core that holds the next run).
+ */
 static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
-                       const struct shape *in, const struct shape *out, int direct)
+                       const struct shape *in, const struct shape *out, int direct, int doubling)
 {
 	copy_phase(b, IN, whole(b, in), split_block(b, out, d, n, p));
+	if (doubling) {
+		for (int bit = 1; bit < n; bit <<= 1) {
+			int partner = p ^ bit;
+			exchange(b, (int)m[partner], OUT,
+			         split_range(b, out, d, n, p & ~(bit - 1), bit), (int)m[partner],
+			         split_range(b, out, d, n, partner & ~(bit - 1), bit), 0);
+		}
+		return;
+	}
 	if (direct) {
 		for (int k = 1; k < n; k++)
 			exchange(b, (int)m[MOD(p + k, n)], IN, whole(b, in), (int)m[MOD(p - k, n)],
@@ -269,10 +291,11 @@ static void all_reduce_hierarchical(struct builder *b, const int64_t *local, int
 /*
  * Splits group m (n members) by host: H hosts of L members each, in order of first appearance,
  * members in group order. Fills local (this core's host's members), across (the members in
- * place p of every host), p and h. False when hosts hold different numbers of members.
+ * place p of every host), grid (the group position of place q on host j at j * L + q), p and
+ * h. False when hosts hold different numbers of members.
  */
 static bool split_by_host(const int64_t *m, int n, int cph, int64_t me, int64_t *local,
-                          int64_t *across, int *L, int *H, int *p, int *h)
+                          int64_t *across, int *grid, int *L, int *H, int *p, int *h)
 {
 	int64_t hosts[64];
 	int nh = 0, count[64] = {0};
@@ -305,10 +328,36 @@ static bool split_by_host(const int64_t *m, int n, int cph, int64_t me, int64_t 
 			*h = j;
 		int seen = 0;
 		for (int k = 0; k < n; k++)
-			if (m[k] / cph == hosts[j] && seen++ == *p)
-				across[j] = m[k];
+			if (m[k] / cph == hosts[j]) {
+				if (seen == *p)
+					across[j] = m[k];
+				grid[j * *L + seen++] = k;
+			}
 	}
 	return true;
+}
+
+/*
+ * Hierarchical all-gather for a group of H hosts with L members each (grid and the rest as
+ * split_by_host fills them): a ring all-gather with the cores in the same place on the other
+ * hosts gathers their blocks, then the cores of a host exchange what they gathered by memory
+ * copy, one block a phase. Every block crosses between hosts once per place instead of once
+ * per ring hop, and the output is still written in place (no scratch).
+ */
+static void all_gather_hierarchical(struct builder *b, const int64_t *local, int L, int p,
+                                    const int64_t *across, int H, int h, const int *grid, int n,
+                                    int d, const struct shape *in, const struct shape *out)
+{
+#define BLOCK(j, q) split_block(b, out, d, n, grid[MOD(j, H) * L + MOD(q, L)])
+	copy_phase(b, IN, whole(b, in), BLOCK(h, p));
+	for (int s = 0; s < H - 1; s++)
+		exchange(b, (int)across[MOD(h + 1, H)], OUT, BLOCK(h - s, p),
+		         (int)across[MOD(h - 1, H)], BLOCK(h - s - 1, p), 0);
+	for (int k = 1; k < L; k++)
+		for (int j = 0; j < H; j++)
+			exchange(b, (int)local[MOD(p + k, L)], OUT, BLOCK(j, p),
+			         (int)local[MOD(p - k, L)], BLOCK(j, p - k), 0);
+#undef BLOCK
 }
 
 static void all_to_all(struct builder *b, const int64_t *m, int n, int p, int sd, int cd,
@@ -358,9 +407,11 @@ static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bo
 {
 	int pow2 = n > 0 && (n & (n - 1)) == 0;
 	if (forced != NULL && forced[0] != '\0') {
-		if (strcmp(forced, "hierarchical") == 0 && op == OP_ALL_REDUCE && layered)
+		if (strcmp(forced, "hierarchical") == 0 &&
+		    (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) && layered)
 			return "hierarchical";
-		if (strcmp(forced, "recursive-doubling") == 0 && op == OP_ALL_REDUCE && pow2)
+		if (strcmp(forced, "recursive-doubling") == 0 &&
+		    (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) && pow2)
 			return "recursive-doubling";
 		if (strcmp(forced, "direct") == 0 && op == OP_ALL_GATHER)
 			return "direct";
@@ -371,7 +422,13 @@ static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bo
 	/* Within one host a transfer is a memory copy: no hop is worth a ring's extra steps. */
 	switch (op) {
 	case OP_ALL_GATHER:
-		return one_host ? "direct" : "ring";
+		if (one_host)
+			return "direct";
+		if (pow2 && n > 1 &&
+		    bytes * n <= (layered ? LOWER_SMALL_LAYERED_ALL_GATHER_BYTES
+		                          : LOWER_SMALL_ALL_GATHER_BYTES))
+			return "recursive-doubling";
+		return layered ? "hierarchical" : "ring";
 	case OP_ALL_REDUCE:
 		if (pow2 && n > 1 && bytes <= LOWER_SMALL_ALL_REDUCE_BYTES)
 			return "recursive-doubling";
@@ -428,17 +485,23 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				/* Several hosts with several members each: intra-, then inter-host.
 				 */
 				int64_t local[SPLIT_MAX], across[SPLIT_MAX];
+				int grid[SPLIT_MAX];
 				int L = 0, H = 0, lp = 0, h = 0;
-				bool layered =
-				    !one_host && n <= SPLIT_MAX && op == OP_ALL_REDUCE &&
-				    split_by_host(m, n, cph, me, local, across, &L, &H, &lp, &h) &&
-				    L > 1 && H > 1;
+				bool layered = !one_host && n <= SPLIT_MAX &&
+				               (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) &&
+				               split_by_host(m, n, cph, me, local, across, grid, &L,
+				                             &H, &lp, &h) &&
+				               L > 1 && H > 1;
 				algo = choose(op, n, shape_bytes(in), one_host, layered,
 				              forced_algorithm);
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
-				if (op == OP_ALL_GATHER)
+				if (op == OP_ALL_GATHER && strcmp(algo, "hierarchical") == 0)
+					all_gather_hierarchical(&b, local, L, lp, across, H, h,
+					                        grid, n, d, in, res);
+				else if (op == OP_ALL_GATHER)
 					all_gather(&b, m, n, p, d, in, res,
-					           strcmp(algo, "direct") == 0);
+					           strcmp(algo, "direct") == 0,
+					           strcmp(algo, "recursive-doubling") == 0);
 				else if (op == OP_REDUCE_SCATTER)
 					reduce_scatter(&b, m, n, p, d, in, res);
 				else if (strcmp(algo, "hierarchical") == 0)
