@@ -259,14 +259,15 @@ static void ack_entry(struct run *r, struct inbox_entry *e, int code, const char
 		return;
 	}
 	pthread_mutex_lock(&r->dev->lock);
-	if (e->orphan) {
+	if (e->orphan) { /* its poster left the collective */
 		free(e->staged);
 		free(e);
 	} else {
+		/* The core that posted it may post more, or end its phase or collective. */
 		e->done = 1;
+		core_wake(&r->dev->cores[(int)e->h.src_ordinal -
+		                         r->dev->host_index * r->dev->cores_per_host]);
 	}
-	/* The core that posted it may post more, or end its phase or collective. */
-	core_wake(&r->dev->cores[e->h.src_ordinal - r->dev->host_index * r->dev->cores_per_host]);
 	pthread_mutex_unlock(&r->dev->lock);
 }
 

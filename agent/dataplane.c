@@ -826,8 +826,12 @@ static void peer_fail(struct dp_peer *p, int code, const char *why)
 	}
 	p->failed = true;
 	snprintf(p->why, sizeof(p->why), "%s", why);
-	void (*notify)(void *) = NULL;
-	void *notify_arg = NULL;
+	/* Each channel's waiter (a core) is told, once the locks are let go. */
+	struct waiter {
+		void (*notify)(void *);
+		void *arg;
+	} *waiters = calloc((size_t)p->num_chans + 1, sizeof(*waiters));
+	int n = 0;
 	for (int i = 0; i < p->num_chans; i++) {
 		struct dp_chan *ch = p->chans[i];
 		pthread_mutex_lock(&ch->lock);
@@ -837,17 +841,15 @@ static void peer_fail(struct dp_peer *p, int code, const char *why)
 			slot_settle_locked(ch, &ch->slots[k]);
 		}
 		pthread_cond_broadcast(&ch->cv);
-		if (ch->notify != NULL) {
-			notify = ch->notify;
-			notify_arg = ch->notify_arg;
-		}
+		if (ch->notify != NULL && waiters != NULL)
+			waiters[n++] = (struct waiter){ch->notify, ch->notify_arg};
 		pthread_mutex_unlock(&ch->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
 	ds_close(&p->ds); /* queued frames fail and settle their slots */
-	/* Channels of one agent notify the same waiters: once is enough. */
-	if (notify != NULL)
-		notify(notify_arg);
+	for (int i = 0; i < n; i++)
+		waiters[i].notify(waiters[i].arg);
+	free(waiters);
 }
 
 static void slot_written(struct dp_frame *f, int rv)
