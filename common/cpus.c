@@ -39,11 +39,11 @@ int cpus_parse(cpu_set_t *set, const char *list, struct status *st)
 	return ST_OK;
 }
 
-void cpus_format(const cpu_set_t *set, char *out, size_t len)
+bool cpus_format(const cpu_set_t *set, char *out, size_t len)
 {
 	size_t at = 0;
 	out[0] = '\0';
-	for (int c = 0; c < CPU_SETSIZE && at < len; c++) {
+	for (int c = 0; c < CPU_SETSIZE; c++) {
 		if (!CPU_ISSET(c, set))
 			continue;
 		int end = c;
@@ -51,9 +51,12 @@ void cpus_format(const cpu_set_t *set, char *out, size_t len)
 			end++;
 		int n = end > c ? snprintf(out + at, len - at, "%s%d-%d", at ? "," : "", c, end)
 		                : snprintf(out + at, len - at, "%s%d", at ? "," : "", c);
-		at += n > 0 ? (size_t)n : 0;
+		if (n < 0 || (size_t)n >= len - at)
+			return false;
+		at += (size_t)n;
 		c = end;
 	}
+	return true;
 }
 
 void cpus_for_agent(cpu_set_t *out, const cpu_set_t *allowed, int h, int n)

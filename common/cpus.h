@@ -6,14 +6,15 @@
 #define PODEMU_CPUS_H
 
 #include <sched.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "status.h"
 
 /* Parses a list such as "0-3,8" into set; INVALID_ARGUMENT says what is wrong with it. */
 int cpus_parse(cpu_set_t *set, const char *list, struct status *st);
-/* Writes set as a list ("0-3,8") into out. */
-void cpus_format(const cpu_set_t *set, char *out, size_t len);
+/* Writes set as a list ("0-3,8") into out; false when it does not fit. */
+bool cpus_format(const cpu_set_t *set, char *out, size_t len);
 /*
  * The CPUs of `allowed` that agent h of n gets: a block of consecutive allowed CPUs each when
  * there are at least n, else one CPU, taken round-robin (agents h and h + #allowed share).

@@ -163,8 +163,9 @@ static void test_cpu_lists(void **state)
 	assert_int_equal(cpus_parse(&set, "0-3,8,10-11", &st), ST_OK);
 	assert_int_equal(CPU_COUNT(&set), 7);
 	assert_true(CPU_ISSET(8, &set) && !CPU_ISSET(9, &set));
-	cpus_format(&set, text, sizeof(text));
+	assert_true(cpus_format(&set, text, sizeof(text)));
 	assert_string_equal(text, "0-3,8,10-11");
+	assert_false(cpus_format(&set, text, 8)); /* "0-3,8,1" would name another CPU */
 	const char *bad[] = {"",   "a", "3-1", "1,", ",1", "1-", "0-99999", "99999999999999999999",
 	                     "1 ", "-1"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -331,7 +331,6 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	return -1;
 }
 
-/* Starts the agent for host index h unless one is running; 1 when started, 0 if not, -1. */
 /* Starts host h's agent unless it runs: 1 and its pid in *pid when started, 0 when not. */
 static int start_agent(struct pod_files *pf, int h, const char *url, const char *backing,
                        const char *cpus, pid_t *pid_out)
@@ -525,19 +524,20 @@ int pod_up(const struct up_options *o)
 		fprintf(stderr, "podemu up: out of memory\n");
 		return 1;
 	}
-	/* Agents share this machine's CPUs as hosts would not: each gets its own (mpirun's
-	 * binding), unless there is one agent or one CPU. */
+	/*
+	 * Hosts do not share CPUs, agents on one machine do: each gets its own, as mpirun binds
+	 * ranks (not with one agent or one CPU).
+	 */
 	cpu_set_t allowed;
 	bool bind = strcmp(o->bind_to, "cpu") == 0 && num_hosts > 1 &&
 	            sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 1;
 	for (int h = 0; h < num_hosts; h++) {
-		char cpus[256];
-		if (bind) {
-			cpu_set_t mine;
+		char cpus[1024];
+		cpu_set_t mine;
+		if (bind)
 			cpus_for_agent(&mine, &allowed, h, num_hosts);
-			cpus_format(&mine, cpus, sizeof(cpus));
-		}
-		int got = start_agent(&pf, h, url, backing, bind ? cpus : NULL, &agent_pids[h]);
+		bool bound = bind && cpus_format(&mine, cpus, sizeof(cpus));
+		int got = start_agent(&pf, h, url, backing, bound ? cpus : NULL, &agent_pids[h]);
 		if (got < 0) {
 			free(agent_pids);
 			if (!resume)
