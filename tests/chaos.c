@@ -19,6 +19,8 @@
 #define ELEMENTS (256 * 1024)
 /* A step slower than this counts as a hang: lease 3 s + the restart + a wide margin. */
 #define HANG_S 20.0
+/* A kill after which no step succeeds for this long fails the run. */
+#define RECOVERY_S 90.0
 
 struct killer {
 	int host;
@@ -102,11 +104,24 @@ int main(int argc, char **argv)
 		pthread_mutex_init(&k.lock, NULL);
 		pthread_t t;
 		pthread_create(&t, NULL, kill_and_restart, &k);
-		double first_failure = 0;
+		double first_failure = 0, round_start = pod_now_s();
 		int joined = 0, ok_after = 0;
 		/* Steps until the agent is back and a step after that succeeded. */
 		while (!joined || ok_after == 0) {
 			double t0 = pod_now_s();
+			if (t0 - round_start > RECOVERY_S) {
+				/* Say so and stop, rather than wait forever on a pod that is gone.
+				 */
+				fprintf(stderr,
+				        "chaos: no step succeeded within %.0f s of kill %d\n",
+				        RECOVERY_S, round + 1);
+				if (!joined)
+					pthread_join(t, NULL);
+				pthread_mutex_destroy(&k.lock);
+				pe_disconnect(c);
+				pod_stop();
+				return 1;
+			}
 			int rv = one_step(c, rand() % CORES, &wrong);
 			double t1 = pod_now_s(), killed_at;
 			int done;
