@@ -448,64 +448,119 @@ static void close_post(struct run *r, int k, bool failed)
 	pthread_mutex_unlock(&dev->lock);
 }
 
+/* One send/receive pair of a phase group, and how far it got. */
+struct leg {
+	int k;
+	const Podemu__CollPhase *ph;
+	uint32_t stag, rtag;
+	int64_t send_len, recv_len, sent, recvd;
+	unsigned char *send_base;
+	bool post; /* its receive may be read into place */
+};
+
+/* Posts the leg's next chunks while the window allows; 1 when one was posted. */
+static int leg_send(struct run *r, struct leg *g, int *rv, struct status *st)
+{
+	const Podemu__CollPhase *ph = g->ph;
+	int64_t chunk = r->s->chunk_bytes;
+	int progress = 0;
+	while (*rv == ST_OK && g->sent < g->send_len && can_post(r, ph->send_peer)) {
+		int64_t len = r->dev->backed
+		                  ? (g->send_len - g->sent < chunk ? g->send_len - g->sent : chunk)
+		                  : 0;
+		int64_t covered = r->dev->backed ? len : g->send_len;
+		*rv = post_chunk(r, ph->send_peer, g->stag, g->sent, covered, NULL, g->send_base,
+		                 ph->send_block, len, ph->stage, st);
+		if (*rv == DP_BUSY) {
+			*rv = ST_OK;
+			break;
+		}
+		g->sent += covered;
+		progress = 1;
+	}
+	if (*rv == ST_OK && ph->send_peer >= 0 && !is_local(r, ph->send_peer) &&
+	    r->chans[host_of(r, ph->send_peer)] != NULL)
+		*rv = peer_failed(r, host_of(r, ph->send_peer),
+		                  dp_chan_error(r->chans[host_of(r, ph->send_peer)], st), st);
+	return progress;
+}
+
+/* Consumes the leg's chunks that arrived; 1 when one was. */
+static int leg_receive(struct run *r, struct leg *g, int *rv, struct status *st)
+{
+	const Podemu__CollPhase *ph = g->ph;
+	int progress = 0;
+	while (*rv == ST_OK && g->recvd < g->recv_len) {
+		pthread_mutex_lock(&r->dev->lock);
+		struct inbox_entry *e =
+		    take_entry(r, ph->recv_peer, g->rtag, ph->stage ? g->sent : -1);
+		pthread_mutex_unlock(&r->dev->lock);
+		if (e == NULL)
+			break;
+		*rv = check_chunk(r, e, g->recv_len, st);
+		if (*rv == ST_OK)
+			consume(r, ph, e);
+		g->recvd += (int64_t)e->h.covered;
+		ack_entry(r, e, *rv, st->message);
+		progress = 1;
+	}
+	return progress;
+}
+
+static bool leg_done(const struct leg *g)
+{
+	return g->sent >= g->send_len && g->recvd >= g->recv_len;
+}
+
 /*
- * One phase: post send_block to send_peer chunk by chunk while the window allows, and consume
- * chunks from recv_peer as they come, until both are complete. With `stage`, a chunk is only
- * consumed once this core's own chunk at that position was posted (their regions overlap).
+ * One phase, or a group of phases that run at the same time (each but the last `with_next`):
+ * post every send_block to its send_peer chunk by chunk while the window allows, and consume
+ * chunks from every recv_peer as they come, until all are complete. With `stage`, a chunk is
+ * only consumed once this core's own chunk at that position was posted (their regions
+ * overlap).
  */
-static int run_phase(struct run *r, int k, const Podemu__CollPhase *ph, struct status *st)
+static int run_phases(struct run *r, int k0, int count, const Podemu__CollectiveSchedule *sched,
+                      struct status *st)
 {
 	struct device *dev = r->dev;
-	int64_t send_len = ph->send_peer >= 0 ? layout_len(ph->send_block) : 0;
-	int64_t recv_len = ph->recv_peer >= 0 ? layout_len(ph->recv_block) : 0;
-	uint32_t stag = send_len > 0 ? r->send_tags[ph->send_peer]++ : 0;
-	uint32_t rtag = recv_len > 0 ? r->recv_tags[ph->recv_peer]++ : 0;
-	unsigned char *send_base =
-	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
-	int64_t chunk = r->s->chunk_bytes, sent = 0, recvd = 0;
-	int rv = ph->drain ? drain_posts(r, st) : ST_OK;
-	/* Copied chunks from a peer agent may go straight into place as they are read. */
-	bool post = r->receives != NULL && placeable(r, ph);
-	if (post)
-		open_post(r, k, ph, rtag);
-	while (rv == ST_OK && (sent < send_len || recvd < recv_len)) {
+	struct leg legs[2];
+	int rv = ST_OK;
+	for (int i = 0; i < count; i++) {
+		const Podemu__CollPhase *ph = sched->phases[k0 + i];
+		struct leg *g = &legs[i];
+		*g = (struct leg){.k = k0 + i, .ph = ph};
+		g->send_len = ph->send_peer >= 0 ? layout_len(ph->send_block) : 0;
+		g->recv_len = ph->recv_peer >= 0 ? layout_len(ph->recv_block) : 0;
+		g->stag = g->send_len > 0 ? r->send_tags[ph->send_peer]++ : 0;
+		g->rtag = g->recv_len > 0 ? r->recv_tags[ph->recv_peer]++ : 0;
+		g->send_base = ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
+		if (rv == ST_OK && ph->drain)
+			rv = drain_posts(r, st);
+		/* Copied chunks from a peer agent may go straight into place as they are read. */
+		g->post = r->receives != NULL && placeable(r, ph);
+		if (g->post)
+			open_post(r, g->k, ph, g->rtag);
+	}
+	for (;;) {
+		bool done = true;
+		for (int i = 0; i < count; i++)
+			done &= leg_done(&legs[i]);
+		if (rv != ST_OK || done)
+			break;
 		pthread_mutex_lock(&dev->lock);
 		uint64_t gen = r->c->events;
 		pthread_mutex_unlock(&dev->lock);
 		int progress = 0;
-		while (rv == ST_OK && sent < send_len && can_post(r, ph->send_peer)) {
-			int64_t len =
-			    dev->backed ? (send_len - sent < chunk ? send_len - sent : chunk) : 0;
-			int64_t covered = dev->backed ? len : send_len;
-			rv = post_chunk(r, ph->send_peer, stag, sent, covered, NULL, send_base,
-			                ph->send_block, len, ph->stage, st);
-			if (rv == DP_BUSY) {
-				rv = ST_OK;
-				break;
-			}
-			sent += covered;
-			progress = 1;
-		}
-		while (rv == ST_OK && recvd < recv_len) {
-			pthread_mutex_lock(&dev->lock);
-			struct inbox_entry *e =
-			    take_entry(r, ph->recv_peer, rtag, ph->stage ? sent : -1);
-			pthread_mutex_unlock(&dev->lock);
-			if (e == NULL)
-				break;
-			rv = check_chunk(r, e, recv_len, st);
-			if (rv == ST_OK)
-				consume(r, ph, e);
-			recvd += (int64_t)e->h.covered;
-			ack_entry(r, e, rv, st->message);
-			progress = 1;
-		}
-		if (rv == ST_OK && ph->send_peer >= 0 && !is_local(r, ph->send_peer) &&
-		    r->chans[host_of(r, ph->send_peer)] != NULL)
-			rv =
-			    peer_failed(r, host_of(r, ph->send_peer),
-			                dp_chan_error(r->chans[host_of(r, ph->send_peer)], st), st);
-		if (rv != ST_OK || progress || (sent >= send_len && recvd >= recv_len))
+		for (int i = 0; i < count && rv == ST_OK; i++)
+			progress |= leg_send(r, &legs[i], &rv, st);
+		for (int i = 0; i < count && rv == ST_OK; i++)
+			progress |= leg_receive(r, &legs[i], &rv, st);
+		if (rv != ST_OK || progress)
+			continue;
+		done = true;
+		for (int i = 0; i < count; i++)
+			done &= leg_done(&legs[i]);
+		if (done)
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		int timed_out = 0;
@@ -515,24 +570,33 @@ static int run_phase(struct run *r, int k, const Podemu__CollPhase *ph, struct s
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
 		pthread_mutex_unlock(&dev->lock);
-		if (timed_out && rv == ST_OK)
-			rv = status_set(
-			    st, ST_DEADLINE_EXCEEDED,
-			    "no progress within %d ms: received %lld of %lld bytes from "
-			    "core %d, sent %lld of %lld bytes to core %d",
-			    r->s->timeout_ms, (long long)recvd, (long long)recv_len, ph->recv_peer,
-			    (long long)sent, (long long)send_len, ph->send_peer);
+		for (int i = 0; timed_out && rv == ST_OK && i < count; i++) {
+			const struct leg *g = &legs[i];
+			if (!leg_done(g))
+				rv = status_set(
+				    st, ST_DEADLINE_EXCEEDED,
+				    "no progress within %d ms: received %lld of %lld bytes "
+				    "from core %d, sent %lld of %lld bytes to core %d",
+				    r->s->timeout_ms, (long long)g->recvd, (long long)g->recv_len,
+				    g->ph->recv_peer, (long long)g->sent, (long long)g->send_len,
+				    g->ph->send_peer);
+		}
 	}
-	if (post)
-		close_post(r, k, rv != ST_OK);
+	for (int i = 0; i < count; i++)
+		if (legs[i].post)
+			close_post(r, legs[i].k, rv != ST_OK);
 	/*
 	 * Chunks are written from the buffers themselves: a later phase may overwrite what this
 	 * one sent only once the stream has it.
 	 */
-	if (rv == ST_OK && send_len > 0 && !is_local(r, ph->send_peer) &&
-	    r->chans[host_of(r, ph->send_peer)] != NULL)
-		rv = peer_failed(r, host_of(r, ph->send_peer),
-		                 dp_chan_flush(r->chans[host_of(r, ph->send_peer)], st), st);
+	for (int i = 0; i < count && rv == ST_OK; i++) {
+		const Podemu__CollPhase *ph = legs[i].ph;
+		if (legs[i].send_len > 0 && !is_local(r, ph->send_peer) &&
+		    r->chans[host_of(r, ph->send_peer)] != NULL)
+			rv =
+			    peer_failed(r, host_of(r, ph->send_peer),
+			                dp_chan_flush(r->chans[host_of(r, ph->send_peer)], st), st);
+	}
 	return rv;
 }
 
@@ -667,10 +731,18 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	for (size_t k = 0; k < sched->n_phases && rv == ST_OK; k++) {
 		const Podemu__CollPhase *ph = sched->phases[k];
 		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
-		    ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO)
+		    ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
 			local_phase(&r, ph);
-		else
-			rv = run_phase(&r, (int)k, ph, st);
+			continue;
+		}
+		/* Two exchanges at once (a bidirectional ring's directions), or one. */
+		int count = ph->with_next && k + 1 < sched->n_phases &&
+		                    sched->phases[k + 1]->kind != PODEMU__PHASE_KIND__PHASE_COPY &&
+		                    sched->phases[k + 1]->kind != PODEMU__PHASE_KIND__PHASE_ZERO
+		                ? 2
+		                : 1;
+		rv = run_phases(&r, (int)k, count, sched, st);
+		k += (size_t)count - 1;
 	}
 	/* Receives of phases a failure skipped: nothing may still be read into them. */
 	for (size_t k = 0; r.receives != NULL && k < sched->n_phases; k++)

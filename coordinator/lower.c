@@ -60,6 +60,27 @@ static Podemu__BlockLayout *split_block(struct builder *b, const struct shape *s
 	return split_range(b, s, d, n, k, 1);
 }
 
+/* True when the blocks of s split along d are contiguous (no dimension before d is above 1). */
+static bool blocks_contiguous(const struct shape *s, int d)
+{
+	for (int i = 0; i < d; i++)
+		if (s->dims[i] != 1)
+			return false;
+	return true;
+}
+
+/* The first (half 0) or second half, in whole elements, of contiguous block k of n along d. */
+static Podemu__BlockLayout *half_block(struct builder *b, const struct shape *s, int d, int n,
+                                       int k, int half)
+{
+	int64_t es = (int64_t)dtype_size(s->dtype), inner = es;
+	for (int i = d + 1; i < s->rank; i++)
+		inner *= s->dims[i];
+	int64_t part = s->dims[d] * inner / n, first = part / es / 2 * es;
+	return half == 0 ? layout(b, (int64_t)k * part, first, first, 1)
+	                 : layout(b, (int64_t)k * part + first, part - first, part - first, 1);
+}
+
 /* Block `k` of n of the flat element sequence, sizes differing by at most one element. */
 static Podemu__BlockLayout *flat_block(struct builder *b, const struct shape *s, int n, int k)
 {
@@ -169,6 +190,26 @@ static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 	for (int s = 0; s < n - 1; s++)
 		exchange(b, (int)m[MOD(p + 1, n)], OUT, split_block(b, out, d, n, MOD(p - s, n)),
 		         (int)m[MOD(p - 1, n)], split_block(b, out, d, n, MOD(p - s - 1, n)), 0);
+}
+
+/*
+ * Bidirectional ring all-gather (contiguous blocks): the first half of every block travels
+ * around the ring one way and the second half the other way, both at once (`with_next`), so
+ * each core sends to and receives from both neighbours in every step.
+ */
+static void all_gather_bidirectional(struct builder *b, const int64_t *m, int n, int p, int d,
+                                     const struct shape *in, const struct shape *out)
+{
+	copy_phase(b, IN, whole(b, in), split_block(b, out, d, n, p));
+	for (int s = 0; s < n - 1; s++) {
+		Podemu__CollPhase *ph = exchange(
+		    b, (int)m[MOD(p + 1, n)], OUT, half_block(b, out, d, n, MOD(p - s, n), 0),
+		    (int)m[MOD(p - 1, n)], half_block(b, out, d, n, MOD(p - s - 1, n), 0), 0);
+		if (ph != NULL)
+			ph->with_next = 1;
+		exchange(b, (int)m[MOD(p - 1, n)], OUT, half_block(b, out, d, n, MOD(p + s, n), 1),
+		         (int)m[MOD(p + 1, n)], half_block(b, out, d, n, MOD(p + s + 1, n), 1), 0);
+	}
 }
 
 /*
@@ -403,7 +444,7 @@ int64_t lower_scratch_bytes(const Podemu__Node *n, const struct shape *in, int64
 }
 
 static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bool layered,
-                          const char *forced)
+                          bool contiguous, const char *forced)
 {
 	int pow2 = n > 0 && (n & (n - 1)) == 0;
 	if (forced != NULL && forced[0] != '\0') {
@@ -415,6 +456,8 @@ static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bo
 			return "recursive-doubling";
 		if (strcmp(forced, "direct") == 0 && op == OP_ALL_GATHER)
 			return "direct";
+		if (strcmp(forced, "bidirectional-ring") == 0 && op == OP_ALL_GATHER && contiguous)
+			return "bidirectional-ring";
 		if (strcmp(forced, "ring") == 0 &&
 		    (op == OP_ALL_GATHER || op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER))
 			return "ring";
@@ -428,7 +471,11 @@ static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bo
 		    bytes * n <= (layered ? LOWER_SMALL_LAYERED_ALL_GATHER_BYTES
 		                          : LOWER_SMALL_ALL_GATHER_BYTES))
 			return "recursive-doubling";
-		return layered ? "hierarchical" : "ring";
+		if (layered)
+			return "hierarchical";
+		return contiguous && bytes * n <= LOWER_BIDIRECTIONAL_ALL_GATHER_BYTES
+		           ? "bidirectional-ring"
+		           : "ring";
 	case OP_ALL_REDUCE:
 		if (pow2 && n > 1 && bytes <= LOWER_SMALL_ALL_REDUCE_BYTES)
 			return "recursive-doubling";
@@ -492,23 +539,26 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				               split_by_host(m, n, cph, me, local, across, grid, &L,
 				                             &H, &lp, &h) &&
 				               L > 1 && H > 1;
-				algo = choose(op, n, shape_bytes(in), one_host, layered,
-				              forced_algorithm);
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
-				if (op == OP_ALL_GATHER && strcmp(algo, "hierarchical") == 0)
+				algo = choose(op, n, shape_bytes(in), one_host, layered,
+				              blocks_contiguous(res, d), forced_algorithm);
+				bool hier = strcmp(algo, "hierarchical") == 0;
+				bool doubling = strcmp(algo, "recursive-doubling") == 0;
+				if (op == OP_ALL_GATHER && hier)
 					all_gather_hierarchical(&b, local, L, lp, across, H, h,
 					                        grid, n, d, in, res);
+				else if (op == OP_ALL_GATHER &&
+				         strcmp(algo, "bidirectional-ring") == 0)
+					all_gather_bidirectional(&b, m, n, p, d, in, res);
 				else if (op == OP_ALL_GATHER)
 					all_gather(&b, m, n, p, d, in, res,
-					           strcmp(algo, "direct") == 0,
-					           strcmp(algo, "recursive-doubling") == 0);
+					           strcmp(algo, "direct") == 0, doubling);
 				else if (op == OP_REDUCE_SCATTER)
 					reduce_scatter(&b, m, n, p, d, in, res);
-				else if (strcmp(algo, "hierarchical") == 0)
+				else if (hier)
 					all_reduce_hierarchical(&b, local, L, lp, across, H, h, in);
 				else if (op == OP_ALL_REDUCE)
-					all_reduce(&b, m, n, p, in,
-					           strcmp(algo, "recursive-doubling") == 0,
+					all_reduce(&b, m, n, p, in, doubling,
 					           strcmp(algo, "ring+direct") == 0);
 				else
 					all_to_all(&b, m, n, p, (int)node->split_dimension,

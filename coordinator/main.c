@@ -32,8 +32,8 @@ static void usage(FILE *f)
 	    "  --chunk-bytes SIZE         collective chunk size (default 4M)\n"
 	    "  --collective-timeout-ms N  a collective fails after N ms (default 120000)\n"
 	    "  --heartbeat-timeout-ms N   a host that is silent this long is lost (default 3000)\n"
-	    "  --collective-algo NAME     force ring, direct, recursive-doubling or\n"
-	    "                             hierarchical where it\n"
+	    "  --collective-algo NAME     force ring, bidirectional-ring, direct,\n"
+	    "                             recursive-doubling or hierarchical where it\n"
 	    "                             applies (also PODEMU_COLLECTIVE_ALGO)\n"
 	    "  --window N                 data-plane chunks in flight per peer (default 4)\n"
 	    "  --combine-threshold-bytes SIZE  merge independent all-gathers, reduce-scatters\n"
@@ -210,11 +210,11 @@ int main(int argc, char **argv)
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--window must be in [1, 64]");
 	if (rv == ST_OK && algo != NULL && algo[0] != '\0' && strcmp(algo, "ring") != 0 &&
 	    strcmp(algo, "direct") != 0 && strcmp(algo, "recursive-doubling") != 0 &&
-	    strcmp(algo, "hierarchical") != 0)
+	    strcmp(algo, "hierarchical") != 0 && strcmp(algo, "bidirectional-ring") != 0)
 		rv = status_set(
 		    &st, ST_INVALID_ARGUMENT,
-		    "unknown collective algorithm '%s' (ring, direct, recursive-doubling, "
-		    "hierarchical)",
+		    "unknown collective algorithm '%s' (ring, bidirectional-ring, direct, "
+		    "recursive-doubling, hierarchical)",
 		    algo);
 	if (rv == ST_OK && (collective_timeout < 100 || heartbeat_timeout < 100))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "timeouts must be at least 100 ms");
