@@ -213,7 +213,7 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 		e->payload = e->staged;
 	}
 	pthread_mutex_lock(&r->dev->lock);
-	int to = peer - r->dev->host_index * r->dev->cores_per_host;
+	int to = device_local(r->dev, peer);
 	push_entry(r->s, to, e);
 	r->posts[r->num_posts++] = e;
 	core_wake(&r->dev->cores[to]);
@@ -265,8 +265,7 @@ static void ack_entry(struct run *r, struct inbox_entry *e, int code, const char
 	} else {
 		/* The core that posted it may post more, or end its phase or collective. */
 		e->done = 1;
-		core_wake(&r->dev->cores[(int)e->h.src_ordinal -
-		                         r->dev->host_index * r->dev->cores_per_host]);
+		core_wake(&r->dev->cores[device_local(r->dev, (int)e->h.src_ordinal)]);
 	}
 	pthread_mutex_unlock(&r->dev->lock);
 }
@@ -512,6 +511,14 @@ static bool leg_done(const struct leg *g)
 	return g->sent >= g->send_len && g->recvd >= g->recv_len;
 }
 
+static bool legs_done(const struct leg *legs, int count)
+{
+	for (int i = 0; i < count; i++)
+		if (!leg_done(&legs[i]))
+			return false;
+	return true;
+}
+
 /*
  * One phase, or a group of phases that run at the same time (each but the last `with_next`):
  * post every send_block to its send_peer chunk by chunk while the window allows, and consume
@@ -541,12 +548,7 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 		if (g->post)
 			open_post(r, g->k, ph, g->rtag);
 	}
-	for (;;) {
-		bool done = true;
-		for (int i = 0; i < count; i++)
-			done &= leg_done(&legs[i]);
-		if (rv != ST_OK || done)
-			break;
+	while (rv == ST_OK && !legs_done(legs, count)) {
 		pthread_mutex_lock(&dev->lock);
 		uint64_t gen = r->c->events;
 		pthread_mutex_unlock(&dev->lock);
@@ -555,12 +557,7 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 			progress |= leg_send(r, &legs[i], &rv, st);
 		for (int i = 0; i < count && rv == ST_OK; i++)
 			progress |= leg_receive(r, &legs[i], &rv, st);
-		if (rv != ST_OK || progress)
-			continue;
-		done = true;
-		for (int i = 0; i < count; i++)
-			done &= leg_done(&legs[i]);
-		if (done)
+		if (rv != ST_OK || progress || legs_done(legs, count))
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		int timed_out = 0;
@@ -775,7 +772,7 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *req,
                         const struct dp_header *h, const void *payload, struct status *st)
 {
-	int local = (int)h->dst_ordinal - dev->host_index * dev->cores_per_host;
+	int local = device_local(dev, (int)h->dst_ordinal);
 	if (h->collective >= (uint32_t)s->num_colls)
 		return status_set(st, ST_INVALID_ARGUMENT, "step %llu has no collective %u",
 		                  (unsigned long long)h->step_id, h->collective);
@@ -803,7 +800,7 @@ int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *r
 void *coll_place(struct device *dev, struct step *s, struct dp_request *req,
                  const struct dp_header *h)
 {
-	int local = (int)h->dst_ordinal - dev->host_index * dev->cores_per_host;
+	int local = device_local(dev, (int)h->dst_ordinal);
 	if (local < 0 || local >= dev->cores_per_host)
 		return NULL;
 	struct recv_post *p = NULL;

@@ -149,7 +149,7 @@ static int device_locate(struct device *dev, uint64_t handle, int ordinal, int64
                          int64_t len, struct device_buffer **buf, struct core **core,
                          struct status *st)
 {
-	int local = ordinal - dev->host_index * dev->cores_per_host;
+	int local = device_local(dev, ordinal);
 	if (local < 0 || local >= dev->cores_per_host)
 		return status_set(st, ST_INVALID_ARGUMENT, "core %d is not on host %d", ordinal,
 		                  dev->host_index);
@@ -268,7 +268,7 @@ int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu
 {
 	int first = 0, count = dev->cores_per_host;
 	if (ordinal >= 0) {
-		first = ordinal - dev->host_index * dev->cores_per_host;
+		first = device_local(dev, ordinal);
 		if (first < 0 || first >= dev->cores_per_host)
 			return status_set(st, ST_INVALID_ARGUMENT, "core %d is not on host %d",
 			                  ordinal, dev->host_index);

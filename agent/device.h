@@ -65,6 +65,12 @@ struct device {
 	bool stall_before_collective;
 };
 
+/* The index on this host of core `ordinal` (outside [0, cores_per_host) when elsewhere). */
+static inline int device_local(const struct device *dev, int ordinal)
+{
+	return ordinal - dev->host_index * dev->cores_per_host;
+}
+
 /* Wakes one core waiting in a collective, or every core (a step aborted). dev->lock held. */
 void core_wake(struct core *c);
 void device_wake_cores(struct device *dev);

@@ -256,7 +256,7 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (size_t k = 0; k < p->n_schedules; k++) {
 		const Podemu__CollectiveSchedule *cs = p->schedules[k];
-		int local = cs->ordinal - dev->host_index * dev->cores_per_host;
+		int local = device_local(dev, cs->ordinal);
 		if (local < 0 || local >= dev->cores_per_host || cs->node < 0 ||
 		    (size_t)cs->node >= n || !opcode_is_collective(s->ops[cs->node]))
 			return status_set(

@@ -40,16 +40,29 @@ static Podemu__BlockLayout *whole(struct builder *b, const struct shape *s)
 	return layout(b, 0, bytes, bytes, 1);
 }
 
+/*
+ * s split evenly along dimension d into n blocks: the bytes of one block in a row (part), of a
+ * whole row (full), and the number of rows (outer).
+ */
+static void split_sizes(const struct shape *s, int d, int n, int64_t *part, int64_t *full,
+                        int64_t *outer)
+{
+	int64_t inner = (int64_t)dtype_size(s->dtype);
+	for (int i = d + 1; i < s->rank; i++)
+		inner *= s->dims[i];
+	*outer = 1;
+	for (int i = 0; i < d; i++)
+		*outer *= s->dims[i];
+	*full = s->dims[d] * inner;
+	*part = *full / n;
+}
+
 /* Blocks k .. k+count-1 of n when s is split evenly along dimension d. */
 static Podemu__BlockLayout *split_range(struct builder *b, const struct shape *s, int d, int n,
                                         int k, int count)
 {
-	int64_t inner = (int64_t)dtype_size(s->dtype), outer = 1;
-	for (int i = d + 1; i < s->rank; i++)
-		inner *= s->dims[i];
-	for (int i = 0; i < d; i++)
-		outer *= s->dims[i];
-	int64_t full = s->dims[d] * inner, part = full / n;
+	int64_t part, full, outer;
+	split_sizes(s, d, n, &part, &full, &outer);
 	return layout(b, (int64_t)k * part, count * part, full, outer);
 }
 
@@ -60,23 +73,21 @@ static Podemu__BlockLayout *split_block(struct builder *b, const struct shape *s
 	return split_range(b, s, d, n, k, 1);
 }
 
-/* True when the blocks of s split along d are contiguous (no dimension before d is above 1). */
+/* True when the blocks of s split along d are contiguous (one row each). */
 static bool blocks_contiguous(const struct shape *s, int d)
 {
-	for (int i = 0; i < d; i++)
-		if (s->dims[i] != 1)
-			return false;
-	return true;
+	int64_t part, full, outer;
+	split_sizes(s, d, 1, &part, &full, &outer);
+	return outer == 1;
 }
 
 /* The first (half 0) or second half, in whole elements, of contiguous block k of n along d. */
 static Podemu__BlockLayout *half_block(struct builder *b, const struct shape *s, int d, int n,
                                        int k, int half)
 {
-	int64_t es = (int64_t)dtype_size(s->dtype), inner = es;
-	for (int i = d + 1; i < s->rank; i++)
-		inner *= s->dims[i];
-	int64_t part = s->dims[d] * inner / n, first = part / es / 2 * es;
+	int64_t es = (int64_t)dtype_size(s->dtype), part, full, outer;
+	split_sizes(s, d, n, &part, &full, &outer);
+	int64_t first = part / es / 2 * es;
 	return half == 0 ? layout(b, (int64_t)k * part, first, first, 1)
 	                 : layout(b, (int64_t)k * part + first, part - first, part - first, 1);
 }
