@@ -110,11 +110,12 @@ int coll_groups_resolve(struct coll_groups *out, const Podemu__Node *n,
 			                  "%s: Instruction cannot have an empty replica group",
 			                  label);
 		total += n->replica_groups[g]->n_replica_ids;
-		if (total > (size_t)world * 2)
+		if (total > (size_t)world)
 			break;
 	}
+	/* At most `world` ids are kept: each is below world, and a repeat is refused first. */
 	if (alloc_groups(out, (int)n->n_replica_groups,
-	                 (int)(total < (size_t)world * 2 ? total : 1), world) != 0)
+	                 (int)(total < (size_t)world ? total : (size_t)world), world) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	unsigned char *seen = calloc((size_t)world, 1);
 	int rv = ST_OK;

@@ -155,6 +155,28 @@ static void test_iota_replica_groups(void **state)
 	}
 }
 
+/* More ids than cores (a group repeated): refused with XLA's words, within the ids' memory. */
+static void test_replica_groups_longer_than_the_world(void **state)
+{
+	int64_t ids[4] = {0, 1, 2, 3};
+	Podemu__ReplicaGroup groups[3], *list[3];
+	for (int g = 0; g < 3; g++) {
+		podemu__replica_group__init(&groups[g]);
+		groups[g].n_replica_ids = 4;
+		groups[g].replica_ids = ids;
+		list[g] = &groups[g];
+	}
+	Podemu__Node node = PODEMU__NODE__INIT;
+	node.n_replica_groups = 3;
+	node.replica_groups = list;
+	struct coll_groups out;
+	struct status st;
+	assert_int_equal(coll_groups_resolve(&out, &node, NULL, 0, 4, 0, "all-gather", &st),
+	                 ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message,
+	                    "all-gather: Replica 0 is repeated in instruction's replica-groups");
+}
+
 static void test_cpu_lists(void **state)
 {
 	cpu_set_t set;
@@ -205,6 +227,7 @@ int main(void)
 	    cmocka_unit_test(test_shapes),
 	    cmocka_unit_test(test_arena_packs_small_allocations),
 	    cmocka_unit_test(test_iota_replica_groups),
+	    cmocka_unit_test(test_replica_groups_longer_than_the_world),
 	    cmocka_unit_test(test_cpu_lists),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
