@@ -187,36 +187,97 @@ static int parse_int(const char **p, int64_t *v)
 	return 0;
 }
 
-/* Iota form "[G,S]<=[N]": G groups of S consecutive ids. */
+/* "[a,b,...]" of n_max positive numbers at most; the count, or -1. */
+static int parse_dims(const char **p, int64_t *out, int n_max)
+{
+	int n = 0;
+	skip_space(p);
+	if (*(*p)++ != '[')
+		return -1;
+	do {
+		if (n == n_max || parse_int(p, &out[n]) || out[n] < 1 || out[n] > 1 << 20)
+			return -1;
+		n++;
+		skip_space(p);
+	} while (**p == ',' && (*p)++);
+	return *(*p)++ == ']' ? n : -1;
+}
+
+/*
+ * Iota form "[G,S]<=[d0,d1,...]T(perm)" (XLA's IotaReplicaGroupList): the ids 0..N-1 laid out
+ * as an array of dims d, transposed by perm (none: as is), read in order and cut into G groups
+ * of S.
+ */
 static int parse_iota(const char *text, int64_t **ids, int **sizes, int *num_groups,
                       struct status *st)
 {
-	const char *p = text + 1;
-	int64_t g, s, n;
-	if (parse_int(&p, &g) || (skip_space(&p), *p++ != ',') || parse_int(&p, &s) ||
-	    (skip_space(&p), *p++ != ']') || (skip_space(&p), strncmp(p, "<=[", 3) != 0))
+	enum { MAX_IOTA_DIMS = 16 };
+	const char *p = text;
+	int64_t gs[2], dims[MAX_IOTA_DIMS], perm[MAX_IOTA_DIMS];
+	int n_dims, n_perm = 0;
+	if (parse_dims(&p, gs, 2) != 2 || (skip_space(&p), strncmp(p, "<=", 2) != 0))
 		goto bad;
-	p += 3;
-	/* Bounded before multiplying: "[9999...,8]<=[8]" must not overflow. */
-	if (parse_int(&p, &n) || (skip_space(&p), *p++ != ']') || g < 1 || s < 1 || n < 1 ||
-	    n > 1 << 20 || g > n || s > n || g * s != n)
+	p += 2;
+	if ((n_dims = parse_dims(&p, dims, MAX_IOTA_DIMS)) < 1)
 		goto bad;
+	skip_space(&p);
+	if (*p == 'T') {
+		p++;
+		skip_space(&p);
+		if (*p != '(')
+			goto bad;
+		p++;
+		do {
+			if (n_perm == MAX_IOTA_DIMS || parse_int(&p, &perm[n_perm]) ||
+			    perm[n_perm] < 0 || perm[n_perm] >= n_dims)
+				goto bad;
+			n_perm++;
+			skip_space(&p);
+		} while (*p == ',' && p++);
+		if (*p++ != ')' || n_perm != n_dims)
+			goto bad;
+		for (int i = 0; i < n_perm; i++)
+			for (int j = 0; j < i; j++)
+				if (perm[i] == perm[j])
+					goto bad;
+	} else {
+		for (int i = 0; i < n_dims; i++)
+			perm[i] = i;
+	}
 	skip_space(&p);
 	if (*p != '\0')
 		goto bad;
+	/* Bounded before multiplying: each factor is at most 2^20 and so is every product. */
+	int64_t n = 1;
+	for (int i = 0; i < n_dims; i++)
+		if ((n *= dims[i]) > 1 << 20)
+			goto bad;
+	if (gs[0] > n || gs[1] > n || gs[0] * gs[1] != n)
+		goto bad;
 	*ids = malloc((size_t)n * sizeof(int64_t));
-	*sizes = malloc((size_t)g * sizeof(int));
+	*sizes = malloc((size_t)gs[0] * sizeof(int));
 	if (*ids == NULL || *sizes == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int64_t i = 0; i < n; i++)
-		(*ids)[i] = i;
-	for (int64_t i = 0; i < g; i++)
-		(*sizes)[i] = (int)s;
-	*num_groups = (int)g;
+	/* Element i of the transposed array: its index along each transposed dimension. */
+	for (int64_t i = 0; i < n; i++) {
+		int64_t rest = i, index[MAX_IOTA_DIMS], id = 0;
+		for (int k = n_dims - 1; k >= 0; k--) {
+			index[perm[k]] = rest % dims[perm[k]];
+			rest /= dims[perm[k]];
+		}
+		for (int k = 0; k < n_dims; k++)
+			id = id * dims[k] + index[k];
+		(*ids)[i] = id;
+	}
+	for (int64_t i = 0; i < gs[0]; i++)
+		(*sizes)[i] = (int)gs[1];
+	*num_groups = (int)gs[0];
 	return ST_OK;
 bad:
 	return status_set(st, ST_INVALID_ARGUMENT,
-	                  "replica groups '%s': expected [G,S]<=[N] with G*S == N", text);
+	                  "replica groups '%s': expected [G,S]<=[N] or [G,S]<=[d0,d1,...]T(perm) "
+	                  "with G*S == N == d0*d1*...",
+	                  text);
 }
 
 int coll_groups_parse(const char *text, int64_t **ids, int **sizes, int *num_groups,

@@ -1,164 +1,31 @@
+/* The HLO text frontend: instructions, computations and the module with its header. */
 #include "hlo.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static const struct {
-	const char *name;
-	int bits;
-} types[HT_COUNT] = {
-    [HT_INVALID] = {"invalid", 0}, [HT_PRED] = {"pred", 8},
-    [HT_S4] = {"s4", 4},           [HT_S8] = {"s8", 8},
-    [HT_S16] = {"s16", 16},        [HT_S32] = {"s32", 32},
-    [HT_S64] = {"s64", 64},        [HT_U4] = {"u4", 4},
-    [HT_U8] = {"u8", 8},           [HT_U16] = {"u16", 16},
-    [HT_U32] = {"u32", 32},        [HT_U64] = {"u64", 64},
-    [HT_F16] = {"f16", 16},        [HT_BF16] = {"bf16", 16},
-    [HT_F32] = {"f32", 32},        [HT_F64] = {"f64", 64},
-    [HT_C64] = {"c64", 64},        [HT_C128] = {"c128", 128},
-    [HT_F8E5M2] = {"f8e5m2", 8},   [HT_F8E4M3FN] = {"f8e4m3fn", 8},
-    [HT_TOKEN] = {"token", 0},     [HT_TUPLE] = {"tuple", 0},
-};
+#include "hlo_reader.h"
 
-const char *hlo_type_name(enum hlo_type t)
-{
-	return t > HT_INVALID && t < HT_COUNT ? types[t].name : "invalid";
-}
-
-int hlo_type_bits(enum hlo_type t)
-{
-	return t > HT_INVALID && t < HT_COUNT ? types[t].bits : 0;
-}
-
-int64_t hlo_shape_elements(const struct hlo_shape *s)
-{
-	if (s->type == HT_TUPLE || s->type == HT_TOKEN)
-		return 0;
-	int64_t n = 1;
-	for (int i = 0; i < s->rank; i++)
-		n *= s->dims[i]; /* bounded when parsed */
-	return n;
-}
-
-int64_t hlo_shape_bytes(const struct hlo_shape *s)
-{
-	return (hlo_shape_elements(s) * hlo_type_bits(s->type) + 7) / 8;
-}
-
-char *hlo_shape_format(char *buf, size_t len, const struct hlo_shape *s)
-{
-	size_t at = 0;
-	buf[0] = '\0';
-#define PUT(...)                                                                                   \
-	do {                                                                                       \
-		if (at < len)                                                                      \
-			at += (size_t)snprintf(buf + at, len - at, __VA_ARGS__);                   \
-	} while (0)
-	if (s->type == HT_TUPLE) {
-		PUT("(");
-		for (int i = 0; i < s->n_tuple; i++) {
-			char inner[256];
-			PUT("%s%s", i ? ", " : "",
-			    hlo_shape_format(inner, sizeof(inner), &s->tuple[i]));
-		}
-		PUT(")");
-		return buf;
-	}
-	PUT("%s[", hlo_type_name(s->type));
-	for (int i = 0; i < s->rank; i++)
-		PUT("%s%lld", i ? "," : "", (long long)s->dims[i]);
-	PUT("]");
-#undef PUT
-	return buf;
-}
-
-/* ---- the reader ---- */
-
-/* Largest dimension and element count accepted (well past any real HBM). */
-#define MAX_DIM (1LL << 40)
-#define MAX_ELEMENTS (1LL << 50)
-#define MAX_TUPLE 4096
 #define MAX_OPERANDS 65536
 
-struct reader {
-	const char *p, *end, *start;
-	struct arena *a;
-	struct status *st;
-	int failed;
-	/* The last position asked for, so that walking forward costs O(text) in all. */
-	const char *mark;
-	int mark_line, mark_col;
+struct pending_operand {
+	const char *name;
+	const char *at;
 };
 
-static void position(struct reader *r, const char *at, int *line, int *col)
-{
-	if (r->mark == NULL || at < r->mark) {
-		r->mark = r->start;
-		r->mark_line = 1;
-		r->mark_col = 1;
-	}
-	for (; r->mark < at && r->mark < r->end; r->mark++) {
-		if (*r->mark == '\n') {
-			r->mark_line++;
-			r->mark_col = 1;
-		} else {
-			r->mark_col++;
-		}
-	}
-	*line = r->mark_line;
-	*col = r->mark_col;
-}
+/* What an instruction names by text until its computation is read. */
+struct pending {
+	int n_operands;
+	struct pending_operand *operands;
+	int n_control;
+	struct pending_operand *control;
+};
 
-static int fail(struct reader *r, const char *at, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct reader *r, const char *at, const char *fmt, ...)
-{
-	if (r->failed)
-		return ST_INVALID_ARGUMENT;
-	char msg[STATUS_MESSAGE_MAX];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	int line, col;
-	position(r, at, &line, &col);
-	r->failed = 1;
-	return status_set(r->st, ST_INVALID_ARGUMENT, "line %d, column %d: %s", line, col, msg);
-}
-
-/* The text [s, e) copied into the arena, or NULL after an error. */
-static const char *copy_text(struct reader *r, const char *s, const char *e)
-{
-	size_t n = (size_t)(e - s);
-	char *t = arena_alloc(r->a, n + 1);
-	if (t == NULL) {
-		fail(r, s, "out of host memory");
-		return NULL;
-	}
-	memcpy(t, s, n);
-	t[n] = '\0';
-	return t;
-}
-
-/* Makes room for item n of an arena array of *cap items of size bytes (doubling it). */
-static int reserve(struct reader *r, void *items_ptr, int n, int *cap, size_t size, const char *at)
-{
-	void **items = items_ptr;
-	if (n < *cap)
-		return ST_OK;
-	int grown = *cap > 0 ? *cap * 2 : 8;
-	void *more = arena_calloc(r->a, (size_t)grown, size);
-	if (more == NULL)
-		return fail(r, at, "out of host memory");
-	if (n > 0)
-		memcpy(more, *items, (size_t)n * size);
-	*items = more;
-	*cap = grown;
-	return ST_OK;
-}
+struct comp_builder {
+	struct hlo_computation *c;
+	int cap;
+};
 
 /* FNV-1a of a name, for the instruction table. */
 static uint64_t name_hash(const char *name)
@@ -169,276 +36,17 @@ static uint64_t name_hash(const char *name)
 	return h;
 }
 
-/* Skips blanks and comments; stops at a newline when stop_at_newline. */
-static void skip_space(struct reader *r, bool stop_at_newline)
-{
-	while (r->p < r->end) {
-		char c = *r->p;
-		if (c == '\n' && stop_at_newline)
-			return;
-		if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-			r->p++;
-		} else if (c == '/' && r->p + 1 < r->end && r->p[1] == '*') {
-			const char *q = r->p + 2;
-			while (q + 1 < r->end && !(q[0] == '*' && q[1] == '/'))
-				q++;
-			r->p = q + 1 < r->end ? q + 2 : r->end;
-		} else if (c == '/' && r->p + 1 < r->end && r->p[1] == '/') {
-			while (r->p < r->end && *r->p != '\n')
-				r->p++;
-		} else {
-			return;
-		}
-	}
-}
-
-static bool at_char(struct reader *r, char c)
-{
-	return r->p < r->end && *r->p == c;
-}
-
-static bool accept(struct reader *r, char c)
-{
-	skip_space(r, true);
-	if (at_char(r, c)) {
-		r->p++;
-		return true;
-	}
-	return false;
-}
-
-static int expect(struct reader *r, char c, const char *what)
-{
-	if (accept(r, c))
-		return ST_OK;
-	if (r->p >= r->end)
-		return fail(r, r->p, "expected '%c' %s, found the end of the text", c, what);
-	return fail(r, r->p, "expected '%c' %s, found '%c'", c, what, *r->p);
-}
-
-static bool name_char(char c)
-{
-	return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-' || c == '%' ||
-	       c == '$';
-}
-
-/* A name or keyword (letters, digits, _ . - % $); NULL (nothing consumed) when none. */
-static const char *word(struct reader *r)
-{
-	skip_space(r, true);
-	const char *s = r->p;
-	while (r->p < r->end && name_char(*r->p))
-		r->p++;
-	if (r->p == s)
-		return NULL;
-	return copy_text(r, s, r->p);
-}
-
-/* A name without its leading '%'. */
-static const char *bare(const char *name)
-{
-	return name[0] == '%' ? name + 1 : name;
-}
-
-static int integer(struct reader *r, int64_t *out, int64_t max, const char *what)
-{
-	skip_space(r, true);
-	const char *s = r->p;
-	bool neg = accept(r, '-');
-	if (!(r->p < r->end && isdigit((unsigned char)*r->p)))
-		return fail(r, s, "expected %s", what);
-	int64_t v = 0;
-	while (r->p < r->end && isdigit((unsigned char)*r->p)) {
-		if (v > (max - (*r->p - '0')) / 10)
-			return fail(r, s, "%s is larger than %lld", what, (long long)max);
-		v = v * 10 + (*r->p++ - '0');
-	}
-	*out = neg ? -v : v;
-	return ST_OK;
-}
-
-/*
- * Skips a balanced (), [] or {} group or a "string" starting at r->p, and returns it as text.
- */
-static const char *balanced(struct reader *r)
-{
-	const char *s = r->p;
-	char stack[64];
-	int depth = 0;
-	bool quoted = false;
-	while (r->p < r->end) {
-		char c = *r->p++;
-		if (quoted) {
-			if (c == '\\' && r->p < r->end)
-				r->p++;
-			else if (c == '"')
-				quoted = false;
-			if (depth == 0 && !quoted)
-				break;
-			continue;
-		}
-		if (c == '"') {
-			quoted = true;
-			continue; /* a string at the top level ends at its closing quote */
-		} else if (c == '(' || c == '[' || c == '{') {
-			if (depth == (int)sizeof(stack)) {
-				fail(r, r->p - 1, "brackets nested deeper than %d",
-				     (int)sizeof(stack));
-				return NULL;
-			}
-			stack[depth++] = c == '(' ? ')' : c == '[' ? ']' : '}';
-		} else if (c == ')' || c == ']' || c == '}') {
-			if (depth == 0 || stack[depth - 1] != c) {
-				fail(r, r->p - 1, "unbalanced '%c'", c);
-				return NULL;
-			}
-			depth--;
-		}
-		if (depth == 0)
-			break;
-	}
-	if (depth != 0 || quoted) {
-		fail(r, s, "unterminated '%c'", *s);
-		return NULL;
-	}
-	return copy_text(r, s, r->p);
-}
-
-static enum hlo_type type_parse(const char *w)
-{
-	for (int t = HT_PRED; t < HT_COUNT; t++)
-		if (t != HT_TUPLE && strcmp(types[t].name, w) == 0)
-			return (enum hlo_type)t;
-	return HT_INVALID;
-}
-
-static int shape(struct reader *r, struct hlo_shape *out, int depth);
-
-/* "{1,0}" or "{1,0:T(8,128)(2,1)}" after the dimensions. */
-static int layout(struct reader *r, struct hlo_shape *out)
-{
-	const char *s = r->p;
-	const char *eol = memchr(s, '\n', (size_t)(r->end - s));
-	const char *close = memchr(s, '}', (size_t)((eol != NULL ? eol : r->end) - s));
-	if (close == NULL)
-		return fail(r, s, "unbalanced '{': the layout is not closed on its line");
-	const char *text = balanced(r);
-	if (text == NULL)
-		return ST_INVALID_ARGUMENT;
-	const char *q = text + 1;
-	int n = 0;
-	while (*q != '\0' && *q != '}' && *q != ':') {
-		while (*q == ' ' || *q == ',')
-			q++;
-		if (!isdigit((unsigned char)*q))
-			break;
-		long v = 0;
-		while (isdigit((unsigned char)*q) && v < 1000)
-			v = v * 10 + (*q++ - '0');
-		if (n >= out->rank || v >= out->rank)
-			return fail(r, s, "layout %s does not fit a rank-%d shape", text,
-			            out->rank);
-		out->minor_to_major[n++] = (int)v;
-	}
-	if (n != 0 && n != out->rank)
-		return fail(r, s, "layout %s names %d of %d dimensions", text, n, out->rank);
-	out->has_layout = n == out->rank;
-	return ST_OK;
-}
-
-static int shape(struct reader *r, struct hlo_shape *out, int depth)
-{
-	memset(out, 0, sizeof(*out));
-	skip_space(r, true);
-	const char *s = r->p;
-	if (depth > 16)
-		return fail(r, s, "tuple shapes nested deeper than 16");
-	if (accept(r, '(')) {
-		out->type = HT_TUPLE;
-		struct hlo_shape elems[64];
-		struct hlo_shape *list = elems;
-		int cap = 64;
-		skip_space(r, true);
-		if (accept(r, ')'))
-			return ST_OK;
-		do {
-			if (out->n_tuple == MAX_TUPLE)
-				return fail(r, s, "a tuple of more than %d elements", MAX_TUPLE);
-			if (reserve(r, &list, out->n_tuple, &cap, sizeof(*list), s) != ST_OK)
-				return ST_INVALID_ARGUMENT;
-			if (shape(r, &list[out->n_tuple], depth + 1) != ST_OK)
-				return ST_INVALID_ARGUMENT;
-			out->n_tuple++;
-		} while (accept(r, ','));
-		if (expect(r, ')', "to end the tuple shape") != ST_OK)
-			return ST_INVALID_ARGUMENT;
-		out->tuple = arena_calloc(r->a, (size_t)out->n_tuple, sizeof(*out->tuple));
-		if (out->tuple == NULL)
-			return fail(r, s, "out of host memory");
-		memcpy(out->tuple, list, (size_t)out->n_tuple * sizeof(*list));
-		return ST_OK;
-	}
-	const char *w = word(r);
-	if (w == NULL)
-		return fail(r, s, "expected a shape");
-	out->type = type_parse(w);
-	if (out->type == HT_INVALID)
-		return fail(r, s, "unknown element type '%s'", w);
-	if (!at_char(r, '['))
-		return out->type == HT_TOKEN ? ST_OK : fail(r, r->p, "expected '[' after %s", w);
-	r->p++;
-	int64_t elements = 1;
-	skip_space(r, true);
-	if (!accept(r, ']')) {
-		do {
-			if (out->rank == HLO_MAX_RANK)
-				return fail(r, s, "more than %d dimensions", HLO_MAX_RANK);
-			skip_space(r, true);
-			/* A dynamic dimension "<=N" is planned at its bound. */
-			if (r->p + 1 < r->end && r->p[0] == '<' && r->p[1] == '=')
-				r->p += 2;
-			int64_t d;
-			if (integer(r, &d, MAX_DIM, "a dimension size") != ST_OK)
-				return ST_INVALID_ARGUMENT;
-			if (d < 0)
-				return fail(r, s, "dimension %d is negative (%lld)", out->rank,
-				            (long long)d);
-			if (d > 0 && elements > MAX_ELEMENTS / d)
-				return fail(r, s, "more than %lld elements",
-				            (long long)MAX_ELEMENTS);
-			elements *= d;
-			out->dims[out->rank++] = d;
-		} while (accept(r, ','));
-		if (expect(r, ']', "to end the dimensions") != ST_OK)
-			return ST_INVALID_ARGUMENT;
-	}
-	if (at_char(r, '{'))
-		return layout(r, out);
-	return ST_OK;
-}
-
-/* ---- instructions ---- */
-
-struct pending_operand {
-	const char *name;
-	const char *at;
-};
-
-struct comp_builder {
-	struct hlo_computation *c;
-	int cap;
-};
-
 static int push_instruction(struct reader *r, struct comp_builder *b, struct hlo_instruction *in,
                             const char *at)
 {
 	if (b->c->n_instructions == HLO_MAX_INSTRUCTIONS)
-		return fail(r, at, "more than %d instructions in %s", HLO_MAX_INSTRUCTIONS,
-		            b->c->name);
-	if (reserve(r, &b->c->instructions, b->c->n_instructions, &b->cap,
-	            sizeof(*b->c->instructions), at) != ST_OK)
+		return reader_fail(r, at, "more than %d instructions in %s", HLO_MAX_INSTRUCTIONS,
+		                   b->c->name);
+	if (reader_reserve(r, &b->c->instructions, b->c->n_instructions, &b->cap,
+	                   sizeof(*b->c->instructions), at) != ST_OK)
 		return ST_INVALID_ARGUMENT;
 	in->index = b->c->n_instructions;
+	in->parent = b->c;
 	b->c->instructions[b->c->n_instructions++] = in;
 	return ST_OK;
 }
@@ -451,7 +59,7 @@ static int int_list(struct reader *r, const char *text, const char *at, int64_t 
 		count += *q == ',';
 	int64_t *list = arena_calloc(r->a, (size_t)count + 1, sizeof(*list));
 	if (list == NULL)
-		return fail(r, at, "out of host memory");
+		return reader_fail(r, at, "out of host memory");
 	int k = 0;
 	const char *q = text;
 	while (*q != '\0') {
@@ -460,16 +68,17 @@ static int int_list(struct reader *r, const char *text, const char *at, int64_t 
 			q += neg;
 			int64_t v = 0;
 			while (isdigit((unsigned char)*q)) {
-				if (v > (MAX_DIM - (*q - '0')) / 10)
-					return fail(r, at, "%s: a number is too large", text);
+				if (v > (HLO_MAX_DIM - (*q - '0')) / 10)
+					return reader_fail(r, at, "%s: a number is too large",
+					                   text);
 				v = v * 10 + (*q++ - '0');
 			}
 			if (k <= count)
 				list[k++] = neg ? -v : v;
-		} else if (*q == '{' || *q == '}' || *q == ',' || *q == ' ') {
+		} else if (*q == '{' || *q == '}' || *q == ',' || isspace((unsigned char)*q)) {
 			q++;
 		} else {
-			return fail(r, at, "%s is not a list of integers", text);
+			return reader_fail(r, at, "%s is not a list of integers", text);
 		}
 	}
 	*out = list;
@@ -477,16 +86,42 @@ static int int_list(struct reader *r, const char *text, const char *at, int64_t 
 	return ST_OK;
 }
 
-/* One attribute value: a balanced group, a string, or a run of characters up to ',' or EOL. */
+/* "%a" or "{%a, %b}" into names; each is added to *names. */
+static int name_list(struct reader *r, const char *text, const char *at,
+                     struct pending_operand **names, int *n)
+{
+	int cap = *n;
+	const char *q = text;
+	while (*q != '\0') {
+		while (*q == '{' || *q == '}' || *q == ',' || isspace((unsigned char)*q))
+			q++;
+		const char *s = q;
+		while (*q != '\0' && *q != ',' && *q != '}' && !isspace((unsigned char)*q))
+			q++;
+		if (q == s)
+			continue;
+		if (reader_reserve(r, names, *n, &cap, sizeof(**names), at) != ST_OK)
+			return ST_INVALID_ARGUMENT;
+		const char *name = reader_copy(r, s, q);
+		if (name == NULL)
+			return ST_INVALID_ARGUMENT;
+		(*names)[(*n)++] = (struct pending_operand){hlo_bare(name), at};
+	}
+	return ST_OK;
+}
+
+/*
+ * One attribute value: a balanced group or a string, or a run of characters up to a ',' or a
+ * blank outside brackets ("[2,64]<=[2,64]T(1,0)", "%add.3", "GT").
+ */
 static const char *attribute_value(struct reader *r)
 {
-	skip_space(r, true);
+	reader_skip(r);
 	const char *s = r->p;
-	if (at_char(r, '{') || at_char(r, '"'))
-		return balanced(r);
-	/* [2,4]<=[8] and friends: brackets inside, no top-level comma. */
+	if (reader_at(r, '{') || reader_at(r, '"'))
+		return reader_balanced(r);
 	int depth = 0;
-	while (r->p < r->end && *r->p != '\n' && !(depth == 0 && *r->p == ',') &&
+	while (r->p < r->end && !(depth == 0 && (*r->p == ',' || isspace((unsigned char)*r->p))) &&
 	       !(*r->p == '/' && r->p + 1 < r->end && (r->p[1] == '*' || r->p[1] == '/'))) {
 		if (*r->p == '[' || *r->p == '(' || *r->p == '{')
 			depth++;
@@ -496,27 +131,61 @@ static const char *attribute_value(struct reader *r)
 			break;
 		r->p++;
 	}
-	while (r->p > s && (r->p[-1] == ' ' || r->p[-1] == '\t' || r->p[-1] == '\r'))
-		r->p--;
 	if (r->p == s) {
-		fail(r, s, "expected an attribute value");
+		reader_fail(r, s, "expected an attribute value");
 		return NULL;
 	}
-	return copy_text(r, s, r->p);
+	return reader_copy(r, s, r->p);
 }
 
-static int attribute(struct reader *r, struct hlo_instruction *in)
+static const struct {
+	const char *key;
+	enum hlo_call_role role;
+} call_keys[] = {
+    {"to_apply", CALL_TO_APPLY},         {"calls", CALL_CALLS},
+    {"called_computations", CALL_CALLS}, {"body", CALL_BODY},
+    {"condition", CALL_CONDITION},       {"true_computation", CALL_BRANCH},
+    {"false_computation", CALL_BRANCH},  {"branch_computations", CALL_BRANCH},
+};
+
+/* Adds the computations named by v to in->calls. */
+static int add_calls(struct reader *r, struct hlo_instruction *in, enum hlo_call_role role,
+                     const char *v, const char *at)
 {
-	skip_space(r, true);
+	struct pending_operand *names = NULL;
+	int n = 0;
+	if (name_list(r, v, at, &names, &n) != ST_OK)
+		return ST_INVALID_ARGUMENT;
+	struct hlo_call *calls = arena_calloc(r->a, (size_t)(in->n_calls + n) + 1, sizeof(*calls));
+	if (calls == NULL)
+		return reader_fail(r, at, "out of host memory");
+	if (in->n_calls > 0)
+		memcpy(calls, in->calls, (size_t)in->n_calls * sizeof(*calls));
+	for (int k = 0; k < n; k++)
+		calls[in->n_calls + k] = (struct hlo_call){role, names[k].name, NULL};
+	in->calls = calls;
+	in->n_calls += n;
+	return ST_OK;
+}
+
+static int attribute(struct reader *r, struct hlo_instruction *in, struct pending *pend)
+{
+	reader_skip(r);
 	const char *at = r->p;
-	const char *key = word(r);
+	const char *key = reader_word(r);
 	if (key == NULL)
-		return fail(r, at, "expected an attribute name");
-	if (expect(r, '=', "after the attribute name") != ST_OK)
+		return reader_fail(r, at, "expected an attribute name");
+	if (reader_expect(r, '=', "after the attribute name") != ST_OK)
 		return ST_INVALID_ARGUMENT;
 	const char *v = attribute_value(r);
 	if (v == NULL)
 		return ST_INVALID_ARGUMENT;
+	for (size_t k = 0; k < sizeof(call_keys) / sizeof(call_keys[0]); k++)
+		if (strcmp(key, call_keys[k].key) == 0) {
+			if (call_keys[k].role == CALL_TO_APPLY)
+				in->to_apply_name = hlo_bare(v);
+			return add_calls(r, in, call_keys[k].role, v, at);
+		}
 	if (strcmp(key, "dimensions") == 0)
 		return int_list(r, v, at, &in->dimensions, &in->n_dimensions);
 	if (strcmp(key, "index") == 0 || strcmp(key, "iota_dimension") == 0) {
@@ -525,7 +194,7 @@ static int attribute(struct reader *r, struct hlo_instruction *in)
 		if (int_list(r, v, at, &list, &n) != ST_OK)
 			return ST_INVALID_ARGUMENT;
 		if (n != 1 || list[0] < 0)
-			return fail(r, at, "%s=%s is not an index", key, v);
+			return reader_fail(r, at, "%s=%s is not an index", key, v);
 		if (key[0] == 'i' && key[1] == 'n') {
 			in->has_index = true;
 			in->tuple_index = list[0];
@@ -533,6 +202,8 @@ static int attribute(struct reader *r, struct hlo_instruction *in)
 			in->has_iota_dimension = true;
 			in->iota_dimension = list[0];
 		}
+	} else if (strcmp(key, "control-predecessors") == 0) {
+		return name_list(r, v, at, &pend->control, &pend->n_control);
 	} else if (strcmp(key, "lhs_contracting_dims") == 0) {
 		in->lhs_contracting_dims = v;
 	} else if (strcmp(key, "rhs_contracting_dims") == 0) {
@@ -547,13 +218,11 @@ static int attribute(struct reader *r, struct hlo_instruction *in)
 		int64_t *list;
 		int n;
 		if (int_list(r, v, at, &list, &n) != ST_OK || n != 1)
-			return fail(r, at, "channel_id=%s is not an integer", v);
+			return reader_fail(r, at, "channel_id=%s is not an integer", v);
 		in->has_channel_id = true;
 		in->channel_id = list[0];
 	} else if (strcmp(key, "use_global_device_ids") == 0) {
 		in->use_global_device_ids = strcmp(v, "true") == 0;
-	} else if (strcmp(key, "to_apply") == 0) {
-		in->to_apply_name = bare(v);
 	} else if (strcmp(key, "slice") == 0) {
 		in->slice = v;
 	} else if (strcmp(key, "padding") == 0) {
@@ -562,315 +231,517 @@ static int attribute(struct reader *r, struct hlo_instruction *in)
 		in->direction = v;
 	} else if (strcmp(key, "dynamic_slice_sizes") == 0) {
 		return int_list(r, v, at, &in->slice_sizes, &in->n_slice_sizes);
+	} else if (strcmp(key, "custom_call_target") == 0) {
+		in->custom_call_target = v;
+	} else if (strcmp(key, "output_to_operand_aliasing") == 0) {
+		in->operand_aliasing = v;
+		if (strcmp(v, "{}") != 0)
+			reader_warn(
+			    r, in->line,
+			    "%s: output_to_operand_aliasing=%s is not modelled: its outputs "
+			    "get buffers of their own",
+			    in->name, v);
+	} else if (strcmp(key, "async_execution_thread") == 0) {
+		in->execution_thread = v;
 	}
-	return ST_OK; /* metadata, sharding, backend_config, ...: not needed */
+	return ST_OK; /* metadata, sharding, backend_config, ...: nothing for memory */
 }
 
-static int instruction(struct reader *r, struct comp_builder *b, struct pending_operand **ops_out,
+/* The operands "(f32[8] %x, %y)" (each may carry its shape first). */
+static int operands(struct reader *r, struct hlo_instruction *in, struct pending *pend)
+{
+	const char *at = r->p++;
+	int cap = 0, n = 0;
+	struct pending_operand *ops = NULL;
+	if (!reader_accept(r, ')')) {
+		do {
+			reader_skip(r);
+			const char *oat = r->p;
+			const char *first = reader_word(r);
+			reader_skip(r);
+			const char *name = first;
+			if (first == NULL || reader_at(r, '[') ||
+			    (hlo_type_parse(first) != HT_INVALID && !reader_at(r, ',') &&
+			     !reader_at(r, ')'))) {
+				r->p = oat;
+				struct hlo_shape ignored;
+				if (hlo_read_shape(r, &ignored, 0) != ST_OK)
+					return ST_INVALID_ARGUMENT;
+				name = reader_word(r);
+			}
+			if (name == NULL)
+				return reader_fail(r, oat, "expected an operand name");
+			if (n == MAX_OPERANDS)
+				return reader_fail(r, oat, "more than %d operands", MAX_OPERANDS);
+			if (reader_reserve(r, &ops, n, &cap, sizeof(*ops), oat) != ST_OK)
+				return ST_INVALID_ARGUMENT;
+			ops[n++] = (struct pending_operand){hlo_bare(name), oat};
+		} while (reader_accept(r, ','));
+		if (reader_expect(r, ')', "to end the operands") != ST_OK)
+			return ST_INVALID_ARGUMENT;
+	}
+	(void)at;
+	in->n_operands = n;
+	pend->operands = ops;
+	pend->n_operands = n;
+	return ST_OK;
+}
+
+/*
+ * "[ROOT] name = [shape] opcode(operands), attributes": the shape may be left out for XLA to
+ * infer, and the instruction may continue over several lines.
+ */
+static int instruction(struct reader *r, struct comp_builder *b, struct pending *pend,
                        struct hlo_instruction **out)
 {
-	skip_space(r, false);
+	reader_skip(r);
 	const char *at = r->p;
 	struct hlo_instruction *in = arena_calloc(r->a, 1, sizeof(*in));
 	if (in == NULL)
-		return fail(r, at, "out of host memory");
-	position(r, at, &in->line, &in->column);
+		return reader_fail(r, at, "out of host memory");
+	reader_position(r, at, &in->line, &in->column);
 	in->parameter_number = -1;
-	const char *w = word(r);
+	const char *w = reader_word(r);
 	if (w != NULL && strcmp(w, "ROOT") == 0) {
 		in->is_root = true;
-		w = word(r);
+		w = reader_word(r);
 	}
 	if (w == NULL)
-		return fail(r, at, "expected an instruction name");
-	in->name = bare(w);
-	if (expect(r, '=', "after the instruction name") != ST_OK)
+		return reader_fail(r, at, "expected an instruction name");
+	in->name = hlo_bare(w);
+	if (reader_expect(r, '=', "after the instruction name") != ST_OK)
 		return ST_INVALID_ARGUMENT;
-	if (shape(r, &in->shape, 0) != ST_OK)
-		return ST_INVALID_ARGUMENT;
-	skip_space(r, true);
+	/* A shape, unless a word follows directly by '(': an opcode whose shape XLA infers. */
+	reader_skip(r);
+	const char *shape_at = r->p;
+	const char *first = reader_at(r, '(') ? NULL : reader_word(r);
+	reader_skip(r);
+	if (first != NULL && reader_at(r, '(') && hlo_type_parse(first) == HT_INVALID) {
+		in->opcode = first;
+		in->shape_inferred = true;
+	} else {
+		r->p = shape_at;
+		if (hlo_read_shape(r, &in->shape, 0) != ST_OK)
+			return ST_INVALID_ARGUMENT;
+		reader_skip(r);
+		const char *op_at = r->p;
+		in->opcode = reader_word(r);
+		if (in->opcode == NULL)
+			return reader_fail(r, op_at, "expected an opcode");
+	}
+	reader_skip(r);
+	if (!reader_at(r, '('))
+		return reader_fail(r, r->p, "expected '(' after %s", in->opcode);
 	const char *op_at = r->p;
-	in->opcode = word(r);
-	if (in->opcode == NULL)
-		return fail(r, op_at, "expected an opcode");
-	skip_space(r, true);
-	if (!at_char(r, '('))
-		return fail(r, r->p, "expected '(' after %s", in->opcode);
 	if (strcmp(in->opcode, "constant") == 0) {
-		in->literal = balanced(r);
+		in->literal = reader_balanced(r);
 		if (in->literal == NULL)
 			return ST_INVALID_ARGUMENT;
 	} else if (strcmp(in->opcode, "parameter") == 0) {
 		r->p++;
-		if (integer(r, &in->parameter_number, 1 << 20, "a parameter number") != ST_OK)
+		if (reader_integer(r, &in->parameter_number, 1 << 20, "a parameter number") !=
+		    ST_OK)
 			return ST_INVALID_ARGUMENT;
 		if (in->parameter_number < 0)
-			return fail(r, op_at, "parameter number %lld is negative",
-			            (long long)in->parameter_number);
-		if (expect(r, ')', "after the parameter number") != ST_OK)
+			return reader_fail(r, op_at, "parameter number %lld is negative",
+			                   (long long)in->parameter_number);
+		if (reader_expect(r, ')', "after the parameter number") != ST_OK)
 			return ST_INVALID_ARGUMENT;
-	} else {
-		r->p++;
-		int cap = 8, n = 0;
-		struct pending_operand *ops = arena_calloc(r->a, (size_t)cap, sizeof(*ops));
-		if (ops == NULL)
-			return fail(r, at, "out of host memory");
-		skip_space(r, true);
-		if (!accept(r, ')')) {
-			do {
-				skip_space(r, true);
-				const char *oat = r->p;
-				/* "f32[8] %x" (shape first) or "%x" / "x". */
-				const char *save = r->p;
-				const char *first = word(r);
-				skip_space(r, true);
-				const char *name = first;
-				if (first == NULL || at_char(r, '[') ||
-				    (type_parse(first) != HT_INVALID && !at_char(r, ',') &&
-				     !at_char(r, ')'))) {
-					r->p = save;
-					struct hlo_shape ignored;
-					if (shape(r, &ignored, 0) != ST_OK)
-						return ST_INVALID_ARGUMENT;
-					name = word(r);
-				}
-				if (name == NULL)
-					return fail(r, oat, "expected an operand name");
-				if (n == MAX_OPERANDS)
-					return fail(r, oat, "more than %d operands", MAX_OPERANDS);
-				if (reserve(r, &ops, n, &cap, sizeof(*ops), oat) != ST_OK)
-					return ST_INVALID_ARGUMENT;
-				ops[n++] = (struct pending_operand){bare(name), oat};
-			} while (accept(r, ','));
-			if (expect(r, ')', "to end the operands") != ST_OK)
-				return ST_INVALID_ARGUMENT;
-		}
-		in->n_operands = n;
-		*ops_out = ops;
+	} else if (operands(r, in, pend) != ST_OK) {
+		return ST_INVALID_ARGUMENT;
 	}
-	while (accept(r, ','))
-		if (attribute(r, in) != ST_OK)
+	if (in->shape_inferred && in->parameter_number >= 0)
+		return reader_fail(r, at, "%s: a parameter needs its shape", in->name);
+	while (reader_accept(r, ','))
+		if (attribute(r, in, pend) != ST_OK)
 			return ST_INVALID_ARGUMENT;
-	skip_space(r, true);
-	if (r->p < r->end && *r->p != '\n' && *r->p != '}')
-		return fail(r, r->p, "unexpected '%c' after %s", *r->p, in->name);
+	reader_skip(r);
+	if (r->p < r->end && *r->p != '}' && *r->p != '%' && !isalnum((unsigned char)*r->p) &&
+	    *r->p != '_')
+		return reader_fail(r, r->p, "unexpected '%c' after %s", *r->p, in->name);
 	if (push_instruction(r, b, in, at) != ST_OK)
 		return ST_INVALID_ARGUMENT;
 	*out = in;
 	return ST_OK;
 }
 
-/* Operand names to instructions, in the same computation (defined anywhere in it). */
-static int resolve(struct reader *r, struct hlo_computation *c, struct pending_operand **ops)
+/* Where instruction in starts in the text, for errors found after it was read. */
+static const char *where(struct reader *r, const struct hlo_instruction *in)
 {
-	/* Names sorted would be faster; a linear probe table keeps it simple and O(n). */
+	return reader_line_start(r, in->line) + in->column - 1;
+}
+
+/* The instruction of that name in the table, or NULL. */
+static struct hlo_instruction *lookup(struct hlo_instruction **table, size_t cap, const char *name)
+{
+	size_t k = name_hash(name) & (cap - 1);
+	while (table[k] != NULL && strcmp(table[k]->name, name) != 0)
+		k = (k + 1) & (cap - 1);
+	return table[k];
+}
+
+/* Names to instructions of the same computation: operands (defined before) and control edges. */
+static int resolve(struct reader *r, struct hlo_computation *c, struct pending *pend)
+{
 	size_t cap = 16;
 	while (cap < (size_t)c->n_instructions * 2)
 		cap *= 2;
 	struct hlo_instruction **table = arena_calloc(r->a, cap, sizeof(*table));
 	if (table == NULL)
-		return fail(r, r->p, "out of host memory");
+		return reader_fail(r, r->p, "out of host memory");
 	for (int i = 0; i < c->n_instructions; i++) {
 		struct hlo_instruction *in = c->instructions[i];
 		size_t k = name_hash(in->name) & (cap - 1);
 		while (table[k] != NULL) {
-			if (strcmp(table[k]->name, in->name) == 0) {
-				const char *at = r->start;
-				for (int line = 1; line < in->line && at < r->end; at++)
-					line += *at == '\n';
-				return fail(r, at + in->column - 1, "%s is defined twice in %s",
-				            in->name, c->name);
-			}
+			if (strcmp(table[k]->name, in->name) == 0)
+				return reader_fail(r, where(r, in), "%s is defined twice in %s",
+				                   in->name, c->name);
 			k = (k + 1) & (cap - 1);
 		}
 		table[k] = in;
 	}
 	for (int i = 0; i < c->n_instructions; i++) {
 		struct hlo_instruction *in = c->instructions[i];
-		if (in->n_operands == 0)
-			continue;
-		in->operands = arena_calloc(r->a, (size_t)in->n_operands, sizeof(*in->operands));
-		if (in->operands == NULL)
-			return fail(r, r->p, "out of host memory");
-		for (int j = 0; j < in->n_operands; j++) {
-			const char *name = ops[i][j].name;
-			size_t k = name_hash(name) & (cap - 1);
-			while (table[k] != NULL && strcmp(table[k]->name, name) != 0)
-				k = (k + 1) & (cap - 1);
-			if (table[k] == NULL)
-				return fail(r, ops[i][j].at, "%s uses %s, which %s does not define",
-				            in->name, name, c->name);
-			if (table[k]->index >= in->index)
-				return fail(
-				    r, ops[i][j].at,
+		struct pending *p = &pend[i];
+		in->operands = arena_calloc(r->a, (size_t)p->n_operands + 1, sizeof(*in->operands));
+		in->control_predecessors =
+		    arena_calloc(r->a, (size_t)p->n_control + 1, sizeof(*in->control_predecessors));
+		if (in->operands == NULL || in->control_predecessors == NULL)
+			return reader_fail(r, r->p, "out of host memory");
+		for (int j = 0; j < p->n_operands + p->n_control; j++) {
+			bool control = j >= p->n_operands;
+			const struct pending_operand *o =
+			    control ? &p->control[j - p->n_operands] : &p->operands[j];
+			struct hlo_instruction *def = lookup(table, cap, o->name);
+			if (def == NULL)
+				return reader_fail(r, o->at, "%s uses %s, which %s does not define",
+				                   in->name, o->name, c->name);
+			if (def->index >= in->index)
+				return reader_fail(
+				    r, o->at,
 				    "%s uses %s, which is defined after it (instructions are "
 				    "read in program order)",
-				    in->name, name);
-			in->operands[j] = table[k];
+				    in->name, o->name);
+			if (control)
+				in->control_predecessors[in->n_control_predecessors++] = def;
+			else
+				in->operands[j] = def;
 		}
 	}
 	return ST_OK;
 }
 
-static int computation(struct reader *r, struct hlo_module *m, struct hlo_computation **out)
+/* Parameters by number: 0..n-1, each once. */
+static int number_parameters(struct reader *r, struct hlo_computation *c, const char *at)
 {
-	skip_space(r, false);
-	const char *at = r->p;
-	struct hlo_computation *c = arena_calloc(r->a, 1, sizeof(*c));
-	if (c == NULL)
-		return fail(r, at, "out of host memory");
-	const char *w = word(r);
-	if (w != NULL && strcmp(w, "ENTRY") == 0) {
-		c->is_entry = true;
-		w = word(r);
-	}
-	if (w == NULL)
-		return fail(r, at, "expected a computation name");
-	c->name = bare(w);
-	skip_space(r, true);
-	if (at_char(r, '(') && balanced(r) == NULL) /* the signature: parameters are repeated */
-		return ST_INVALID_ARGUMENT;
-	skip_space(r, true);
-	if (r->p + 1 < r->end && r->p[0] == '-' && r->p[1] == '>') {
-		r->p += 2;
-		struct hlo_shape ignored;
-		if (shape(r, &ignored, 0) != ST_OK)
-			return ST_INVALID_ARGUMENT;
-	}
-	skip_space(r, false);
-	if (expect(r, '{', "to open the computation") != ST_OK)
-		return ST_INVALID_ARGUMENT;
-	struct comp_builder b = {c, 0};
-	int cap_ops = 64;
-	struct pending_operand **ops = arena_calloc(r->a, (size_t)cap_ops, sizeof(*ops));
-	if (ops == NULL)
-		return fail(r, at, "out of host memory");
-	for (;;) {
-		skip_space(r, false);
-		if (r->p >= r->end)
-			return fail(r, r->p, "computation %s is not closed with '}'", c->name);
-		if (*r->p == '}') {
-			r->p++;
-			break;
-		}
-		struct pending_operand *in_ops = NULL;
-		struct hlo_instruction *in = NULL;
-		if (instruction(r, &b, &in_ops, &in) != ST_OK)
-			return ST_INVALID_ARGUMENT;
-		if (reserve(r, &ops, c->n_instructions - 1, &cap_ops, sizeof(*ops), at) != ST_OK)
-			return ST_INVALID_ARGUMENT;
-		ops[c->n_instructions - 1] = in_ops;
-		if (in->is_root) {
-			if (c->root != NULL)
-				return fail(r, at, "%s has two ROOT instructions (%s and %s)",
-				            c->name, c->root->name, in->name);
-			c->root = in;
-		}
-	}
-	if (c->n_instructions == 0)
-		return fail(r, at, "computation %s has no instructions", c->name);
-	if (c->root == NULL) /* XLA: the last instruction is the root */
-		c->root = c->instructions[c->n_instructions - 1];
-	if (resolve(r, c, ops) != ST_OK)
-		return ST_INVALID_ARGUMENT;
-	/* Parameters by number: 0..n-1, each once. */
 	int n_params = 0;
 	for (int i = 0; i < c->n_instructions; i++)
 		n_params += c->instructions[i]->parameter_number >= 0;
 	c->parameters = arena_calloc(r->a, (size_t)n_params + 1, sizeof(*c->parameters));
 	if (c->parameters == NULL)
-		return fail(r, at, "out of host memory");
+		return reader_fail(r, at, "out of host memory");
 	c->n_parameters = n_params;
 	for (int i = 0; i < c->n_instructions; i++) {
 		struct hlo_instruction *in = c->instructions[i];
 		if (in->parameter_number < 0)
 			continue;
 		if (in->parameter_number >= n_params || c->parameters[in->parameter_number])
-			return fail(
+			return reader_fail(
 			    r, at, "%s: parameter numbers must be 0..%d, each once (%s is %lld)",
 			    c->name, n_params - 1, in->name, (long long)in->parameter_number);
 		c->parameters[in->parameter_number] = in;
 	}
-	(void)m;
+	return ST_OK;
+}
+
+/* Skips ", key=value" attributes (a computation's execution_thread, module flags). */
+static int skip_attributes(struct reader *r)
+{
+	while (reader_accept(r, ',')) {
+		const char *at = r->p;
+		if (reader_word(r) == NULL)
+			return reader_fail(r, at, "expected an attribute name");
+		if (reader_expect(r, '=', "after the attribute name") != ST_OK ||
+		    attribute_value(r) == NULL)
+			return ST_INVALID_ARGUMENT;
+	}
+	return ST_OK;
+}
+
+static int computation(struct reader *r, struct hlo_computation **out)
+{
+	reader_skip(r);
+	const char *at = r->p;
+	struct hlo_computation *c = arena_calloc(r->a, 1, sizeof(*c));
+	if (c == NULL)
+		return reader_fail(r, at, "out of host memory");
+	int col;
+	reader_position(r, at, &c->line, &col);
+	const char *w = reader_word(r);
+	if (w != NULL && strcmp(w, "ENTRY") == 0) {
+		c->is_entry = true;
+		w = reader_word(r);
+	}
+	if (w == NULL)
+		return reader_fail(r, at, "expected a computation name");
+	c->name = hlo_bare(w);
+	reader_skip(r);
+	if (reader_at(r, '(') && reader_balanced(r) == NULL) /* the signature */
+		return ST_INVALID_ARGUMENT;
+	reader_skip(r);
+	if (r->p + 1 < r->end && r->p[0] == '-' && r->p[1] == '>') {
+		r->p += 2;
+		struct hlo_shape ignored;
+		if (hlo_read_shape(r, &ignored, 0) != ST_OK)
+			return ST_INVALID_ARGUMENT;
+	}
+	if (reader_expect(r, '{', "to open the computation") != ST_OK)
+		return ST_INVALID_ARGUMENT;
+	struct comp_builder b = {c, 0};
+	int cap_pend = 0;
+	struct pending *pend = NULL;
+	for (;;) {
+		reader_skip(r);
+		if (r->p >= r->end)
+			return reader_fail(r, r->p, "computation %s is not closed with '}'",
+			                   c->name);
+		if (*r->p == '}') {
+			r->p++;
+			break;
+		}
+		if (reader_reserve(r, &pend, c->n_instructions, &cap_pend, sizeof(*pend), at) !=
+		    ST_OK)
+			return ST_INVALID_ARGUMENT;
+		struct hlo_instruction *in = NULL;
+		if (instruction(r, &b, &pend[c->n_instructions], &in) != ST_OK)
+			return ST_INVALID_ARGUMENT;
+		if (in->is_root) {
+			if (c->root != NULL)
+				return reader_fail(r, at,
+				                   "%s has two ROOT instructions (%s and %s)",
+				                   c->name, c->root->name, in->name);
+			c->root = in;
+		}
+	}
+	if (skip_attributes(r) != ST_OK)
+		return ST_INVALID_ARGUMENT;
+	if (c->n_instructions == 0)
+		return reader_fail(r, at, "computation %s has no instructions", c->name);
+	if (c->root == NULL) /* XLA: the last instruction is the root */
+		c->root = c->instructions[c->n_instructions - 1];
+	if (resolve(r, c, pend) != ST_OK || number_parameters(r, c, at) != ST_OK)
+		return ST_INVALID_ARGUMENT;
 	*out = c;
 	return ST_OK;
 }
 
 struct hlo_computation *hlo_find_computation(const struct hlo_module *m, const char *name)
 {
-	name = bare(name);
+	name = hlo_bare(name);
 	for (int i = 0; i < m->n_computations; i++)
 		if (strcmp(m->computations[i]->name, name) == 0)
 			return m->computations[i];
 	return NULL;
 }
 
+struct hlo_computation *hlo_callee(const struct hlo_instruction *in, enum hlo_call_role role, int k)
+{
+	for (int i = 0; i < in->n_calls; i++)
+		if (in->calls[i].role == role && k-- == 0)
+			return in->calls[i].callee;
+	return NULL;
+}
+
+/* "{1, 2}" (a shape index) at r->p. */
+static int shape_index(struct reader *r, int64_t **out, int *n)
+{
+	reader_skip(r);
+	const char *at = r->p;
+	if (!reader_at(r, '{'))
+		return reader_fail(r, at, "expected a shape index such as {} or {1}");
+	const char *text = reader_balanced(r);
+	return text == NULL ? ST_INVALID_ARGUMENT : int_list(r, text, at, out, n);
+}
+
+/*
+ * input_output_alias={ {0}: (0, {}, may-alias), ... } and buffer_donor={ (0, {}), ... } into
+ * *list (donors have no output index).
+ */
+static int alias_list(struct reader *r, bool donors, struct hlo_alias **list, int *n)
+{
+	int cap = 0;
+	if (reader_expect(r, '{', "to open the list") != ST_OK)
+		return ST_INVALID_ARGUMENT;
+	if (reader_accept(r, '}'))
+		return ST_OK;
+	do {
+		reader_skip(r);
+		const char *at = r->p;
+		if (reader_reserve(r, list, *n, &cap, sizeof(**list), at) != ST_OK)
+			return ST_INVALID_ARGUMENT;
+		struct hlo_alias *e = &(*list)[*n];
+		if (!donors && (shape_index(r, &e->output_index, &e->output_index_len) != ST_OK ||
+		                reader_expect(r, ':', "after the output index") != ST_OK))
+			return ST_INVALID_ARGUMENT;
+		if (reader_expect(r, '(', "before the parameter number") != ST_OK ||
+		    reader_integer(r, &e->parameter, 1 << 20, "a parameter number") != ST_OK ||
+		    reader_expect(r, ',', "after the parameter number") != ST_OK ||
+		    shape_index(r, &e->parameter_index, &e->parameter_index_len) != ST_OK)
+			return ST_INVALID_ARGUMENT;
+		if (reader_accept(r, ',')) {
+			const char *kind_at = r->p;
+			const char *kind = reader_word(r);
+			if (kind == NULL ||
+			    (strcmp(kind, "may-alias") != 0 && strcmp(kind, "must-alias") != 0))
+				return reader_fail(r, kind_at, "expected may-alias or must-alias");
+			e->must = strcmp(kind, "must-alias") == 0;
+		}
+		if (reader_expect(r, ')', "to end the alias") != ST_OK)
+			return ST_INVALID_ARGUMENT;
+		(*n)++;
+	} while (reader_accept(r, ','));
+	return reader_expect(r, '}', "to end the list");
+}
+
+/* The module's header attributes after "HloModule name". */
+static int header(struct reader *r, struct hlo_module *m, struct hlo_shape *entry_layout)
+{
+	while (reader_accept(r, ',')) {
+		reader_skip(r);
+		const char *at = r->p;
+		const char *key = reader_word(r);
+		if (key == NULL)
+			return reader_fail(r, at, "expected an attribute name");
+		if (reader_expect(r, '=', "after the attribute name") != ST_OK)
+			return ST_INVALID_ARGUMENT;
+		int rv = ST_OK;
+		if (strcmp(key, "input_output_alias") == 0) {
+			rv = alias_list(r, false, &m->aliases, &m->n_aliases);
+		} else if (strcmp(key, "buffer_donor") == 0) {
+			rv = alias_list(r, true, &m->donors, &m->n_donors);
+		} else if (strcmp(key, "entry_computation_layout") == 0) {
+			struct hlo_shape result;
+			if (reader_expect(r, '{', "to open the layout") != ST_OK ||
+			    hlo_read_shape(r, entry_layout, 0) != ST_OK)
+				return ST_INVALID_ARGUMENT;
+			reader_skip(r);
+			if (r->p + 1 >= r->end || r->p[0] != '-' || r->p[1] != '>')
+				return reader_fail(r, r->p, "expected '->' in the entry layout");
+			r->p += 2;
+			rv = hlo_read_shape(r, &result, 0) != ST_OK
+			         ? ST_INVALID_ARGUMENT
+			         : reader_expect(r, '}', "to end the entry layout");
+		} else {
+			const char *v = attribute_value(r);
+			if (v == NULL)
+				return ST_INVALID_ARGUMENT;
+			if (strcmp(key, "is_scheduled") == 0)
+				m->is_scheduled = strcmp(v, "true") == 0;
+		}
+		if (rv != ST_OK)
+			return rv;
+	}
+	return ST_OK;
+}
+
+/*
+ * Entry parameters keep the layout entry_computation_layout gives them where their own text
+ * writes none (a dump of an optimized module writes tiles in one place or the other).
+ */
+static void apply_entry_layout(struct hlo_module *m, const struct hlo_shape *layout)
+{
+	if (layout->type != HT_TUPLE)
+		return;
+	struct hlo_computation *e = m->entry;
+	for (int k = 0; k < e->n_parameters && k < layout->n_tuple; k++) {
+		struct hlo_shape *s = &e->parameters[k]->shape;
+		const struct hlo_shape *l = &layout->tuple[k];
+		if (s->type == HT_TUPLE || s->n_tiles > 0 || s->memory_space != 0 ||
+		    l->rank != s->rank || l->type != s->type || !l->has_layout)
+			continue;
+		s->has_layout = true;
+		if (l->minor_to_major != NULL)
+			s->minor_to_major = l->minor_to_major;
+		s->n_tiles = l->n_tiles;
+		s->tiles = l->tiles;
+		s->element_bits = l->element_bits;
+		s->memory_space = l->memory_space;
+	}
+}
+
+/* Computation names to computations, then the shapes XLA infers, in module order. */
+static int link(struct reader *r, struct hlo_module *m)
+{
+	for (int i = 0; i < m->n_computations; i++) {
+		struct hlo_computation *c = m->computations[i];
+		for (int j = 0; j < c->n_instructions; j++) {
+			struct hlo_instruction *in = c->instructions[j];
+			for (int k = 0; k < in->n_calls; k++) {
+				struct hlo_call *call = &in->calls[k];
+				call->callee = hlo_find_computation(m, call->name);
+				static const char *const keys[] = {"to_apply", "calls", "body",
+				                                   "condition",
+				                                   "branch_computations"};
+				if (call->callee == NULL)
+					return reader_fail(r, where(r, in),
+					                   "%s: %s=%s is not defined", in->name,
+					                   keys[call->role], call->name);
+				if (call->callee == c)
+					return reader_fail(r, where(r, in), "%s: %s calls itself",
+					                   in->name, c->name);
+				if (call->role == CALL_TO_APPLY)
+					in->to_apply = call->callee;
+			}
+			if (in->shape_inferred && hlo_infer_shape(r, in) != ST_OK)
+				return ST_INVALID_ARGUMENT;
+		}
+	}
+	return ST_OK;
+}
+
 int hlo_parse(const char *text, size_t len, struct arena *a, struct hlo_module *out,
               struct status *st)
 {
 	memset(out, 0, sizeof(*out));
-	struct reader r = {.p = text, .end = text + len, .start = text, .a = a, .st = st};
-	skip_space(&r, false);
-	const char *w = word(&r);
+	struct reader r = {.p = text, .end = text + len, .start = text, .a = a, .st = st, .m = out};
+	reader_skip(&r);
+	const char *w = reader_word(&r);
 	if (w == NULL || strcmp(w, "HloModule") != 0)
-		return fail(&r, r.start, "HLO text starts with 'HloModule NAME'");
-	const char *name = word(&r);
+		return reader_fail(&r, r.start, "HLO text starts with 'HloModule NAME'");
+	const char *name = reader_word(&r);
 	if (name == NULL)
-		return fail(&r, r.p, "expected the module name after HloModule");
+		return reader_fail(&r, r.p, "expected the module name after HloModule");
 	out->name = name;
-	/* The rest of the header line (entry_computation_layout=..., flags) is not needed. */
-	while (r.p < r.end && *r.p != '\n') {
-		if (*r.p == '{' || *r.p == '(' || *r.p == '[' || *r.p == '"') {
-			if (balanced(&r) == NULL)
-				return ST_INVALID_ARGUMENT;
-		} else {
-			r.p++;
-		}
-	}
-	int cap = 8;
-	out->computations = arena_calloc(a, (size_t)cap, sizeof(*out->computations));
-	if (out->computations == NULL)
-		return fail(&r, r.p, "out of host memory");
+	struct hlo_shape entry_layout = {0};
+	if (header(&r, out, &entry_layout) != ST_OK)
+		return ST_INVALID_ARGUMENT;
+	int cap = 0;
 	for (;;) {
-		skip_space(&r, false);
+		reader_skip(&r);
 		if (r.p >= r.end)
 			break;
 		struct hlo_computation *c = NULL;
-		if (computation(&r, out, &c) != ST_OK)
+		if (computation(&r, &c) != ST_OK)
 			return ST_INVALID_ARGUMENT;
 		if (hlo_find_computation(out, c->name) != NULL)
-			return fail(&r, r.p, "computation %s is defined twice", c->name);
+			return reader_fail(&r, r.p, "computation %s is defined twice", c->name);
 		if (c->is_entry) {
 			if (out->entry != NULL)
-				return fail(&r, r.p, "two ENTRY computations (%s and %s)",
-				            out->entry->name, c->name);
+				return reader_fail(&r, r.p, "two ENTRY computations (%s and %s)",
+				                   out->entry->name, c->name);
 			out->entry = c;
 		}
-		if (reserve(&r, &out->computations, out->n_computations, &cap,
-		            sizeof(*out->computations), r.p) != ST_OK)
+		if (reader_reserve(&r, &out->computations, out->n_computations, &cap,
+		                   sizeof(*out->computations), r.p) != ST_OK)
 			return ST_INVALID_ARGUMENT;
 		out->computations[out->n_computations++] = c;
 	}
 	if (out->n_computations == 0)
-		return fail(&r, r.p, "module %s has no computations", out->name);
+		return reader_fail(&r, r.p, "module %s has no computations", out->name);
 	if (out->entry == NULL) /* XLA: the last computation is the entry */
 		out->entry = out->computations[out->n_computations - 1];
-	for (int i = 0; i < out->n_computations; i++) {
-		struct hlo_computation *c = out->computations[i];
-		for (int j = 0; j < c->n_instructions; j++) {
-			struct hlo_instruction *in = c->instructions[j];
-			if (in->to_apply_name == NULL)
-				continue;
-			in->to_apply = hlo_find_computation(out, in->to_apply_name);
-			if (in->to_apply == NULL) {
-				const char *at = r.start;
-				for (int line = 1; line < in->line && at < r.end; at++)
-					line += *at == '\n';
-				return fail(&r, at + in->column - 1,
-				            "%s: to_apply=%s is not defined", in->name,
-				            in->to_apply_name);
-			}
-		}
-	}
+	if (link(&r, out) != ST_OK)
+		return ST_INVALID_ARGUMENT;
+	apply_entry_layout(out, &entry_layout);
 	return ST_OK;
 }

@@ -15,7 +15,6 @@
 #include "arena.h"
 #include "status.h"
 
-#define HLO_MAX_RANK 8
 #define HLO_MAX_INSTRUCTIONS (1 << 20)
 
 /* Element types of HLO (PrimitiveType), with their sizes in bits. */
@@ -49,13 +48,30 @@ const char *hlo_type_name(enum hlo_type t);
 /* Bits per element (pred is stored in 8); 0 for token and tuple. */
 int hlo_type_bits(enum hlo_type t);
 
-/* An array shape (or a tuple of shapes), with the layout as written when given. */
+/*
+ * One level of a tiled layout, T(8,128): tile dimensions, most major first; -1 stands for '*'
+ * (XLA's combined dimension).
+ */
+struct hlo_tile {
+	int rank;
+	int64_t *dims;
+};
+
+/*
+ * An array shape (or a tuple of shapes), with the layout as written when given. Any rank XLA
+ * allows; a dimension written "<=N" is dynamic with bound N (dims[i] holds the bound).
+ */
 struct hlo_shape {
 	enum hlo_type type;
 	int rank;
-	int64_t dims[HLO_MAX_RANK];
+	int64_t *dims; /* [rank] */
+	bool *dynamic; /* [rank], or NULL when every dimension is static */
 	bool has_layout;
-	int minor_to_major[HLO_MAX_RANK];
+	int *minor_to_major; /* [rank] when has_layout */
+	int n_tiles;
+	struct hlo_tile *tiles; /* T(..)(..): the first level decides the padded size */
+	int element_bits;       /* E(n); 0: the type's own size */
+	int64_t memory_space;   /* S(n); 0 is HBM */
 	int n_tuple;
 	struct hlo_shape *tuple; /* [n_tuple] when type == HT_TUPLE */
 };
@@ -68,15 +84,50 @@ char *hlo_shape_format(char *buf, size_t len, const struct hlo_shape *s);
 
 struct hlo_computation;
 
+/* How an instruction names another computation. */
+enum hlo_call_role {
+	CALL_TO_APPLY,  /* to_apply=: a reducer, map or sort comparator, or call's callee */
+	CALL_CALLS,     /* calls=: a fusion's, call's, async op's or custom-call's computation */
+	CALL_BODY,      /* while body= */
+	CALL_CONDITION, /* while condition= */
+	CALL_BRANCH,    /* true_computation, false_computation, branch_computations */
+};
+
+struct hlo_call {
+	enum hlo_call_role role;
+	const char *name;
+	struct hlo_computation *callee;
+};
+
+/* An entry output (shape index) that may or must take the bytes of a parameter. */
+struct hlo_alias {
+	int output_index_len;
+	int64_t *output_index; /* {} is the whole result, {1} its element 1, ... */
+	int64_t parameter;
+	int parameter_index_len;
+	int64_t *parameter_index;
+	bool must;
+};
+
+/* A remark about the module: something that changes memory and is not modelled. */
+struct hlo_warning {
+	int line;
+	const char *text;
+};
+
 struct hlo_instruction {
 	const char *name;
 	const char *opcode; /* as written: "add", "all-gather", "custom-call" */
 	struct hlo_shape shape;
+	bool shape_inferred; /* the text left the result shape to XLA */
 	int n_operands;
 	struct hlo_instruction **operands;
+	int n_control_predecessors;
+	struct hlo_instruction **control_predecessors;
 	bool is_root;
 	int line, column; /* where the instruction starts */
 	int index;        /* position in its computation */
+	struct hlo_computation *parent;
 
 	/* Attributes podemu uses (absent: has_* false, counts 0, pointers NULL). */
 	int64_t parameter_number; /* parameter(N); -1 otherwise */
@@ -96,13 +147,22 @@ struct hlo_instruction {
 	bool use_global_device_ids;
 	const char *to_apply_name;
 	struct hlo_computation *to_apply;
-	const char *slice;     /* slice={[a:b:c], ...} as written */
-	const char *padding;   /* padding=0_0x1_2 as written */
-	const char *literal;   /* constant(...) contents */
-	const char *direction; /* compare: direction=GT */
+	int n_calls;
+	struct hlo_call *calls; /* every computation it names, to_apply included */
+	const char *slice;      /* slice={[a:b:c], ...} as written */
+	const char *padding;    /* padding=0_0x1_2 as written */
+	const char *literal;    /* constant(...) contents */
+	const char *direction;  /* compare: direction=GT */
 	int n_slice_sizes;
-	int64_t *slice_sizes; /* dynamic-slice: dynamic_slice_sizes={...} */
+	int64_t *slice_sizes;           /* dynamic-slice: dynamic_slice_sizes={...} */
+	const char *custom_call_target; /* custom-call */
+	const char *operand_aliasing;   /* custom-call output_to_operand_aliasing, as written */
+	const char *execution_thread;   /* async_execution_thread, as written */
 };
+
+/* The k-th computation of that role an instruction names, or NULL. */
+struct hlo_computation *hlo_callee(const struct hlo_instruction *in, enum hlo_call_role role,
+                                   int k);
 
 struct hlo_computation {
 	const char *name;
@@ -112,6 +172,7 @@ struct hlo_computation {
 	struct hlo_instruction *root;
 	int n_parameters;
 	struct hlo_instruction **parameters; /* by parameter number */
+	int line;                            /* where it starts */
 };
 
 struct hlo_module {
@@ -119,6 +180,13 @@ struct hlo_module {
 	int n_computations;
 	struct hlo_computation **computations;
 	struct hlo_computation *entry;
+	bool is_scheduled; /* is_scheduled=true: each computation's order is its schedule */
+	int n_aliases;
+	struct hlo_alias *aliases; /* input_output_alias */
+	int n_donors;
+	struct hlo_alias *donors; /* buffer_donor: parameter and parameter_index only */
+	int n_warnings;
+	struct hlo_warning *warnings;
 };
 
 /*

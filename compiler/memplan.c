@@ -5,62 +5,10 @@
 
 #include "collective.h"
 #include "fusion.h"
+#include "layout.h"
 #include "schedule.h"
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
-#define TILE_MINOR 128
-#define TILE_1D 1024
-/* Saturation for padded sizes (far beyond any HBM; keeps sums from overflowing). */
-#define BYTES_CAP (INT64_MAX / 1024)
-
-static int64_t round_up(int64_t v, int64_t m)
-{
-	return v % m == 0 ? v : v + (m - v % m);
-}
-
-static int64_t mul_cap(int64_t a, int64_t b)
-{
-	int64_t r;
-	if (__builtin_mul_overflow(a, b, &r) || r > BYTES_CAP)
-		return BYTES_CAP;
-	return r;
-}
-
-int64_t layout_bytes(const struct hlo_shape *s, bool tiled)
-{
-	if (s->type == HT_TUPLE) {
-		int64_t sum = 0;
-		for (int i = 0; i < s->n_tuple; i++) {
-			sum += layout_bytes(&s->tuple[i], tiled);
-			if (sum > BYTES_CAP)
-				return BYTES_CAP;
-		}
-		return sum;
-	}
-	int bits = hlo_type_bits(s->type);
-	if (!tiled || s->rank == 0 || bits == 0)
-		return hlo_shape_bytes(s);
-	int64_t dims[HLO_MAX_RANK];
-	memcpy(dims, s->dims, sizeof(dims));
-	for (int i = 0; i < s->rank; i++)
-		if (dims[i] == 0)
-			return 0;
-	if (s->rank == 1) {
-		dims[0] = round_up(dims[0], TILE_1D);
-	} else {
-		/* The minor two dimensions in layout order; row-major when no layout is written. */
-		int minor = s->has_layout ? s->minor_to_major[0] : s->rank - 1;
-		int second = s->has_layout ? s->minor_to_major[1] : s->rank - 2;
-		/* 8 rows of 32-bit words; narrower types are packed into the words. */
-		int64_t rows = bits >= 32 ? 8 : 8 * (32 / bits);
-		dims[minor] = round_up(dims[minor], TILE_MINOR);
-		dims[second] = round_up(dims[second], rows);
-	}
-	int64_t elements = 1;
-	for (int i = 0; i < s->rank; i++)
-		elements = mul_cap(elements, dims[i]);
-	return mul_cap(elements, bits) / 8 + (mul_cap(elements, bits) % 8 != 0);
-}
 
 /* ---- buffer analysis ---- */
 

@@ -13,15 +13,9 @@
 
 #include "arena.h"
 #include "hlo.h"
+#include "layout.h"
 #include "status.h"
 #include "topology.h"
-
-/*
- * Bytes of an array shape in HBM. tiled: the TPU layout, minor two dimensions in (8,128) tiles
- * of 32-bit words (16-bit types packed two, 8-bit four to a word), 1-D arrays in tiles of 1024
- * elements, scalars as they are; otherwise the unpadded size. Tuples: the sum of their elements.
- */
-int64_t layout_bytes(const struct hlo_shape *s, bool tiled);
 
 enum buffer_kind { BUF_ARGUMENT, BUF_OUTPUT, BUF_TEMP };
 

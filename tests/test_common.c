@@ -142,9 +142,34 @@ static void test_iota_replica_groups(void **state)
 	assert_int_equal(ids[7], 7);
 	free(ids);
 	free(sizes);
+	/*
+	 * With a transpose, as multi-host JAX dumps write them: [4,2]<=[2,4]T(1,0) lays 0..7 out
+	 * as [[0,1,2,3],[4,5,6,7]], transposes it and reads pairs: {0,4},{1,5},{2,6},{3,7}.
+	 */
+	assert_int_equal(coll_groups_parse("[4,2]<=[2,4]T(1,0)", &ids, &sizes, &n, &st), ST_OK);
+	assert_int_equal(n, 4);
+	assert_int_equal(sizes[3], 2);
+	const int64_t want[] = {0, 4, 1, 5, 2, 6, 3, 7};
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(ids[i], want[i]);
+	free(ids);
+	free(sizes);
+	/* Three dimensions: [2,2,2]T(2,1,0) reverses the bits of each position. */
+	assert_int_equal(coll_groups_parse("[2,4]<=[2,2,2]T(2,1,0)", &ids, &sizes, &n, &st), ST_OK);
+	const int64_t reversed[] = {0, 4, 2, 6, 1, 5, 3, 7};
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(ids[i], reversed[i]);
+	free(ids);
+	free(sizes);
 	/* Counts whose product overflows, or that disagree, are refused, not multiplied. */
-	const char *bad[] = {"[9999999999999999999999,8]<=[8]", "[4611686018427387904,2]<=[0]",
-	                     "[3,3]<=[8]", "[0,8]<=[8]"};
+	const char *bad[] = {"[9999999999999999999999,8]<=[8]",
+	                     "[4611686018427387904,2]<=[0]",
+	                     "[3,3]<=[8]",
+	                     "[0,8]<=[8]",
+	                     "[4,2]<=[2,4]T(1,1)",
+	                     "[4,2]<=[2,4]T(0)",
+	                     "[4,2]<=[2,4]T(0,2)",
+	                     "[4,2]<=[2,5]"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ids = NULL;
 		sizes = NULL;

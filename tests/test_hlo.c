@@ -155,6 +155,102 @@ static void test_layout_bytes(void **state)
 	assert_int_equal(layout_bytes(&p[6]->shape, true), 4);
 }
 
+/* What XLA prints and podemu must read: every form below comes from real dumps. */
+static const char *xla_forms =
+    "HloModule jit_train_step, is_scheduled=true,\n"
+    "  entry_computation_layout={(f32[3]{0:T(256)}, s32[]{:T(128)})->(f32[3]{0:T(256)}, s32[])},\n"
+    "  input_output_alias={ {0}: (0, {}, may-alias), {1}: (1, {}, must-alias) },\n"
+    "  buffer_donor={ (1, {}) }\n"
+    "\n"
+    "%body.1 (state: (f32[3], s32[])) -> (f32[3], s32[]) {\n"
+    "  %state = (f32[3]{0}, s32[]) parameter(0)\n"
+    "  x = get-tuple-element(%state), index=0\n"
+    "  %i = s32[] get-tuple-element((f32[3]{0}, s32[]) %state), index=1\n"
+    "  %one = s32[] constant(1)\n"
+    "  %next = add(%i, %one)\n"
+    "  %y = f32[3]{0} multiply(f32[3]{0} %x,\n"
+    "                          f32[3]{0} %x),\n"
+    "      metadata={op_name=\"jit(step)/mul\" source_file=\"a.py\" source_line=3}\n"
+    "  ROOT %t = tuple(%y, %next)\n"
+    "}\n"
+    "%cond.2 (s: (f32[3], s32[])) -> pred[] {\n"
+    "  %s = (f32[3], s32[]) parameter(0)\n"
+    "  %k = s32[] get-tuple-element(%s), index=1\n"
+    "  %ten = s32[] constant(10)\n"
+    "  ROOT %lt = pred[] compare(%k, %ten), direction=LT\n"
+    "}\n"
+    "ENTRY %main.3 (p0: f32[3], p1: s32[]) -> (f32[3], s32[]) {\n"
+    "  %p0 = f32[3]{0} parameter(0), sharding={replicated}\n"
+    "  %p1 = s32[] parameter(1)\n"
+    "  %hi = f32[2,1,1,1,1,1,1,1,1,128]{9,8,7,6,5,4,3,2,1,0:T(2,128)} broadcast(%p0), "
+    "dimensions={}\n"
+    "  %dyn = f32[<=16,128]{1,0:T(8,128)S(1)} broadcast(%p1), dimensions={}\n"
+    "  %packed = s4[1024]{0:T(1024)E(4)} broadcast(%p1), dimensions={}\n"
+    "  %init = tuple(%p0, %p1), control-predecessors={%dyn}\n"
+    "  %w = (f32[3]{0}, s32[]) while(%init), condition=%cond.2, body=%body.1,\n"
+    "      backend_config={\"known_trip_count\":{\"n\":\"10\"}}\n"
+    "  %ags = (f32[3]{0}, f32[24]{0}) all-gather-start(%p0), channel_id=1,\n"
+    "      replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true\n"
+    "  %agd = all-gather-done(%ags)\n"
+    "  %wx = get-tuple-element(%w), index=0\n"
+    "  ROOT %out = (f32[3]{0}, s32[]) tuple(%wx, %p1)\n"
+    "}\n";
+
+static void test_parse_xla_forms(void **state)
+{
+	struct hlo_module m;
+	struct status st;
+	int rv = parse(xla_forms, &m, &st);
+	if (rv != ST_OK)
+		fail_msg("%s", st.message);
+	assert_true(m.is_scheduled);
+	assert_int_equal(m.n_aliases, 2);
+	assert_int_equal(m.aliases[1].output_index[0], 1);
+	assert_int_equal(m.aliases[1].parameter, 1);
+	assert_true(m.aliases[1].must);
+	assert_false(m.aliases[0].must);
+	assert_int_equal(m.n_donors, 1);
+	assert_int_equal(m.donors[0].parameter, 1);
+	struct hlo_computation *body = hlo_find_computation(&m, "body.1");
+	/* Shapes XLA infers: x from the state, next from its operands, t from both. */
+	assert_true(body->instructions[1]->shape_inferred);
+	assert_int_equal(body->instructions[1]->shape.dims[0], 3);
+	assert_int_equal(body->instructions[4]->shape.type, HT_S32);
+	assert_int_equal(body->root->shape.type, HT_TUPLE);
+	assert_int_equal(body->root->shape.n_tuple, 2);
+	assert_int_equal(body->instructions[5]->n_operands, 2); /* over two lines */
+	struct hlo_computation *e = m.entry;
+	/* The entry layout gives p0 its tile T(256): 1 KiB, not 4 KiB. */
+	assert_int_equal(e->parameters[0]->shape.n_tiles, 1);
+	assert_int_equal(layout_bytes(&e->parameters[0]->shape, true), 1024);
+	const struct hlo_instruction *hi = e->instructions[2], *dyn = e->instructions[3],
+	                             *packed = e->instructions[4], *init = e->instructions[5],
+	                             *w = e->instructions[6], *agd = e->instructions[8];
+	assert_int_equal(hi->shape.rank, 10);
+	/* T(2,128) on [...,1,128]: the second-minor 1 pads to 2: 2 x 2 x 128 x 4 bytes. */
+	assert_int_equal(layout_bytes(&hi->shape, true), 2 * 2 * 128 * 4);
+	assert_true(dyn->shape.dynamic[0]);
+	assert_int_equal(dyn->shape.dims[0], 16);
+	assert_int_equal(dyn->shape.memory_space, 1);
+	assert_false(layout_in_hbm(&dyn->shape));
+	assert_int_equal(layout_bytes(&packed->shape, true), 512); /* E(4): two to a byte */
+	assert_int_equal(init->n_control_predecessors, 1);
+	assert_ptr_equal(init->control_predecessors[0], dyn);
+	assert_ptr_equal(hlo_callee(w, CALL_BODY, 0), body);
+	assert_ptr_equal(hlo_callee(w, CALL_CONDITION, 0), hlo_find_computation(&m, "cond.2"));
+	assert_int_equal(agd->shape.dims[0], 24); /* the start's result */
+	/* An unbounded dimension is named, with what to write instead. */
+	expect_error("HloModule m\nENTRY e {\n  p = f32[1,?] parameter(0)\n}\n",
+	             "line 3, column 13", "unbounded ('?')");
+	expect_error(
+	    "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = convert(p)\n}\n",
+	    "line 4", "cannot infer");
+	expect_error(
+	    "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT w = f32[2] while(p), "
+	    "body=nowhere, condition=nowhere\n}\n",
+	    "line 4", "body=nowhere is not defined");
+}
+
 static bool no_fusion; /* plan() with --fusion none */
 static bool recorded;  /* plan() with --scheduler recorded */
 
@@ -374,6 +470,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_module),
 	    cmocka_unit_test(test_parse_errors_name_line_and_column),
 	    cmocka_unit_test(test_layout_bytes),
+	    cmocka_unit_test(test_parse_xla_forms),
 	    cmocka_unit_test(test_plan_seed_all_gather),
 	    cmocka_unit_test(test_plan_all_gather_strategies),
 	    cmocka_unit_test(test_plan_combining_and_barriers),

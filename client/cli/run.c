@@ -196,6 +196,9 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 	int dtype = s->type == HT_TUPLE ? 0 : pe_type(s->type);
 	if (s->type != HT_TUPLE && dtype < 0)
 		return unimplemented(r, in, "its element type has no kernels");
+	for (int k = 0; k < in->n_operands; k++)
+		if (in->operands[k]->shape.rank > PE_MAX_RANK || s->rank > PE_MAX_RANK)
+			return unimplemented(r, in, "the pod runs arrays of rank 8 at most");
 	pe_groups *groups = NULL;
 	if (in->replica_groups != NULL && strcmp(in->replica_groups, "{}") != 0 &&
 	    (groups = pe_groups_parse(r->c, in->replica_groups)) == NULL)
@@ -281,7 +284,7 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 	} else if (strcmp(op, "dynamic-slice") == 0 || strcmp(op, "dynamic-update-slice") == 0) {
 		bool update = op[8] == 'u';
 		int first = update ? 2 : 1, rank = in->operands[0]->shape.rank;
-		pe_tensor *starts[HLO_MAX_RANK];
+		pe_tensor *starts[PE_MAX_RANK];
 		if (in->n_operands != first + rank || (!update && in->n_slice_sizes != rank))
 			return status_set(&r->st, ST_INVALID_ARGUMENT,
 			                  "line %d: %s: needs %d start indices%s", in->line,
@@ -307,7 +310,7 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 	} else if (strcmp(op, "reshape") == 0 || strcmp(op, "bitcast") == 0) {
 		v->t = pe_reshape(arg(r, in, 0), s->dims, s->rank);
 	} else if (strcmp(op, "pad") == 0) {
-		int64_t lo[HLO_MAX_RANK], hi[HLO_MAX_RANK], interior[HLO_MAX_RANK];
+		int64_t lo[PE_MAX_RANK], hi[PE_MAX_RANK], interior[PE_MAX_RANK];
 		const struct value *init = &r->vals[in->operands[1]->index];
 		if (!init->is_scalar_constant)
 			return unimplemented(r, in, "the padding value must be a constant");
@@ -318,7 +321,7 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 			                  in->padding ? in->padding : "(none)");
 		v->t = pe_pad(arg(r, in, 0), lo, hi, interior, init->scalar);
 	} else if (strcmp(op, "slice") == 0) {
-		int64_t start[HLO_MAX_RANK], limit[HLO_MAX_RANK], stride[HLO_MAX_RANK];
+		int64_t start[PE_MAX_RANK], limit[PE_MAX_RANK], stride[PE_MAX_RANK];
 		int rank = in->operands[0]->shape.rank;
 		if (in->slice == NULL || parse_slice(in->slice, rank, start, limit, stride) != 0)
 			return status_set(&r->st, ST_INVALID_ARGUMENT, "line %d: %s: bad slice=%s",
