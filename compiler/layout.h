@@ -12,7 +12,7 @@
 #include "hlo.h"
 
 /* Saturation for sizes: far beyond any HBM, so that sums of a few million never wrap. */
-#define LAYOUT_BYTES_CAP (INT64_MAX / (1 << 22))
+#define LAYOUT_BYTES_CAP (INT64_MAX / 1024)
 
 /*
  * Bytes of an array shape. tiled: the layout's first tile level when the text writes tiles

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "layout.h"
 #include "topology.h"
 
 struct temp {
@@ -22,11 +23,13 @@ static int temp_by_size(const void *pa, const void *pb)
 	return a->first - b->first;
 }
 
+/* Bytes rounded up to the heap's alignment, saturating (sizes come from the client). */
 static int64_t aligned(int64_t bytes)
 {
 	if (bytes == 0)
 		return HBM_ALIGNMENT;
-	return (bytes + HBM_ALIGNMENT - 1) / HBM_ALIGNMENT * HBM_ALIGNMENT;
+	bytes = layout_add(bytes, HBM_ALIGNMENT - 1);
+	return bytes / HBM_ALIGNMENT * HBM_ALIGNMENT;
 }
 
 /*
@@ -45,16 +48,16 @@ static int64_t place_temps(struct temp *t, int n)
 			for (int j = 0; j < i; j++) {
 				if (t[j].last < t[i].first || t[i].last < t[j].first)
 					continue;
-				if (offset < t[j].offset + t[j].size &&
-				    t[j].offset < offset + t[i].size) {
-					offset = t[j].offset + t[j].size;
+				if (offset < layout_add(t[j].offset, t[j].size) &&
+				    t[j].offset < layout_add(offset, t[i].size)) {
+					offset = layout_add(t[j].offset, t[j].size);
 					moved = 1;
 				}
 			}
 		}
 		t[i].offset = offset;
-		if (offset + t[i].size > high)
-			high = offset + t[i].size;
+		if (layout_add(offset, t[i].size) > high)
+			high = layout_add(offset, t[i].size);
 	}
 	return high;
 }
@@ -141,7 +144,7 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 		if (op == OP_PARAMETER) {
 			b->kind = PODEMU__BUFFER_KIND__BUFFER_PARAMETER;
 			b->handle = node->handle;
-			out->argument_bytes += aligned(b->bytes);
+			out->argument_bytes = layout_add(out->argument_bytes, aligned(b->bytes));
 		} else if (op == OP_OPT_BARRIER) {
 			b->kind = PODEMU__BUFFER_KIND__BUFFER_NONE;
 		} else if (fused_into && fused_into[i] >= 0) {
@@ -152,7 +155,7 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 		} else if (output_of[i] >= 0) {
 			b->kind = PODEMU__BUFFER_KIND__BUFFER_OUTPUT;
 			b->handle = output_handles[output_of[i]];
-			out->output_bytes += aligned(b->bytes);
+			out->output_bytes = layout_add(out->output_bytes, aligned(b->bytes));
 		} else {
 			b->kind = PODEMU__BUFFER_KIND__BUFFER_TEMP;
 			int p = fused_into && fused_into[i] >= 0

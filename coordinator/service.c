@@ -13,6 +13,7 @@
 #include "lower.h"
 #include "log.h"
 #include "plan.h"
+#include "layout.h"
 #include "podemu.pb-c.h"
 #include "services.h"
 
@@ -279,7 +280,7 @@ static Podemu__Shape *shape_to_proto(struct arena *a, const struct shape *s)
 static int check_fits(struct coordinator *co, const struct plan *p, struct status *st)
 {
 	int64_t limit = topology_bytes_limit(&co->reg.topo);
-	int64_t used = p->argument_bytes + p->output_bytes + p->temp_bytes;
+	int64_t used = layout_add(layout_add(p->argument_bytes, p->output_bytes), p->temp_bytes);
 	if (used <= limit)
 		return ST_OK;
 	char u[16], l[16], over[16], args[16], outs[16], temps[16];

@@ -9,6 +9,8 @@
 
 #include "graph.h"
 #include "graph_builder.h"
+#include "layout.h"
+#include "topology.h"
 #include "plan.h"
 
 #define KIND(p, i) ((p).buffers[i]->kind)
@@ -143,6 +145,27 @@ static void test_all_gather_output_is_the_only_extra_memory(void **state)
 	arena_free(b.a);
 }
 
+/* Sizes from the client saturate: two f32[2^60] outputs never wrap to a negative total. */
+static void test_sizes_saturate(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {(int64_t)1 << 60};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1);
+	gb_node(&b, "negate", 0, -1, -1);
+	gb_node(&b, "negate", 0, -1, -1);
+	int32_t outs[] = {1, 2};
+	gb_outputs(&b, outs, 2);
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	struct plan p;
+	uint64_t handles[] = {1, 2};
+	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
+	assert_true(p.output_bytes >= LAYOUT_BYTES_CAP - HBM_ALIGNMENT);
+	assert_true(p.temp_bytes >= LAYOUT_BYTES_CAP - HBM_ALIGNMENT);
+	arena_free(b.a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -151,6 +174,7 @@ int main(void)
 	    cmocka_unit_test(test_parameters_barriers_and_aliases),
 	    cmocka_unit_test(test_outputs_that_are_parameters_are_refused),
 	    cmocka_unit_test(test_all_gather_output_is_the_only_extra_memory),
+	    cmocka_unit_test(test_sizes_saturate),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
