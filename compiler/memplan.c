@@ -6,6 +6,7 @@
 #include "collective.h"
 #include "fusion.h"
 #include "layout.h"
+#include "verify.h"
 #include "schedule.h"
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
@@ -17,11 +18,24 @@ struct refs {
 	int *ids; /* buffers this instruction's value is made of */
 };
 
+/* What planning a computation costs where it is called. */
+struct callee_plan {
+	int state;       /* 0: not planned, 1: being planned, 2: planned */
+	int64_t extra;   /* peak bytes of its own buffers while it runs (no parameters) */
+	int n_peak_live; /* buffers live at that peak */
+	int *peak_live;
+};
+
 struct builder {
 	struct memplan *p;
 	struct arena *a;
 	const struct memplan_options *o;
 	int cap;
+	const struct hlo_module *m;
+	const struct hlo_computation *comp; /* the computation being planned */
+	struct callee_plan *callees;        /* [m->n_computations] */
+	struct verify_cache groups;
+	struct status *st;
 };
 
 static int new_buffer(struct builder *b, const struct hlo_instruction *def,
@@ -38,31 +52,65 @@ static int new_buffer(struct builder *b, const struct hlo_instruction *def,
 		b->cap = cap;
 	}
 	struct plan_buffer *buf = &b->p->buffers[b->p->n_buffers];
+	memset(buf, 0, sizeof(*buf));
 	buf->def = def;
+	buf->comp = b->comp;
 	buf->kind = kind;
 	buf->bytes = layout_bytes(s, b->o->tiled);
 	buf->unpadded_bytes = layout_bytes(s, false);
+	if (!layout_in_hbm(s)) { /* another memory space: reported, not in the HBM peak */
+		buf->other_space_bytes = buf->bytes;
+		buf->bytes = buf->unpadded_bytes = 0;
+	}
 	buf->first = at;
 	buf->last = at;
 	return b->p->n_buffers++;
 }
 
-/* One buffer per element of a tuple shape (so get-tuple-element can name one), else one. */
+/* XLA's tuple index table: one 8-byte pointer per element, a buffer of its own. */
+static int tuple_table(struct builder *b, const struct hlo_instruction *in, enum buffer_kind kind,
+                       int at)
+{
+	int id = new_buffer(b, in, &in->shape, kind, at);
+	if (id >= 0) {
+		struct plan_buffer *buf = &b->p->buffers[id];
+		buf->bytes = buf->unpadded_bytes = 8 * (int64_t)in->shape.n_tuple;
+		buf->other_space_bytes = 0;
+		buf->op = "tuple index table";
+	}
+	return id;
+}
+
+/*
+ * One buffer per element of a tuple shape (so get-tuple-element can name one), else one; the
+ * elements from `from` on (0: all), the first ones taken from keep (NULL: none).
+ */
+static int define_from(struct builder *b, const struct hlo_instruction *in, enum buffer_kind kind,
+                       int at, const struct refs *keep, struct refs *out)
+{
+	int n = in->shape.type == HT_TUPLE ? in->shape.n_tuple : 1;
+	int kept = keep != NULL ? keep->n : 0;
+	out->ids = arena_calloc(b->a, (size_t)(n + kept) + 1, sizeof(int));
+	if (out->ids == NULL)
+		return -1;
+	out->n = 0;
+	for (int k = 0; k < kept; k++)
+		out->ids[out->n++] = keep->ids[k];
+	for (int k = keep != NULL ? 1 : 0; k < n; k++) {
+		const struct hlo_shape *s =
+		    in->shape.type == HT_TUPLE ? &in->shape.tuple[k] : &in->shape;
+		if ((out->ids[out->n++] = new_buffer(b, in, s, kind, at)) < 0)
+			return -1;
+	}
+	if (in->shape.type == HT_TUPLE && keep == NULL && tuple_table(b, in, kind, at) < 0)
+		return -1;
+	return 0;
+}
+
 static int define(struct builder *b, const struct hlo_instruction *in, enum buffer_kind kind,
                   int at, struct refs *out)
 {
-	int n = in->shape.type == HT_TUPLE ? in->shape.n_tuple : 1;
-	out->ids = arena_calloc(b->a, (size_t)n + 1, sizeof(int));
-	if (out->ids == NULL)
-		return -1;
-	out->n = n;
-	for (int k = 0; k < n; k++) {
-		const struct hlo_shape *s =
-		    in->shape.type == HT_TUPLE ? &in->shape.tuple[k] : &in->shape;
-		if ((out->ids[k] = new_buffer(b, in, s, kind, at)) < 0)
-			return -1;
-	}
-	return 0;
+	return define_from(b, in, kind, at, NULL, out);
 }
 
 int ag_strategy_parse(const char *name)
@@ -92,50 +140,6 @@ static bool is_any(const struct hlo_instruction *in, const char *const *ops)
 		if (is(in, *ops))
 			return true;
 	return false;
-}
-
-/* The last replica_groups text read and its group size: modules repeat the same groups. */
-struct group_cache {
-	const char *text;
-	int size;
-};
-
-/* Group size of a collective: the first group of its replica_groups, or every core. */
-static int group_size(const struct hlo_instruction *in, int world, struct group_cache *cache,
-                      struct status *st)
-{
-	const char *text = in->replica_groups;
-	if (text == NULL || strcmp(text, "{}") == 0 || strcmp(text, "{{}}") == 0)
-		return world;
-	if (cache->text != NULL && strcmp(cache->text, text) == 0)
-		return cache->size;
-	int64_t *ids;
-	int *sizes, n;
-	if (coll_groups_parse(text, &ids, &sizes, &n, st) != ST_OK) {
-		status_set(st, ST_INVALID_ARGUMENT, "line %d: %s: replica_groups=%s: %s", in->line,
-		           in->name, text, st->message);
-		return -1;
-	}
-	int size = n > 0 ? sizes[0] : world;
-	int64_t total = 0;
-	for (int g = 0; g < n; g++)
-		total += sizes[g];
-	for (int64_t k = 0; k < total; k++)
-		if (ids[k] >= world) {
-			status_set(
-			    st, ST_INVALID_ARGUMENT,
-			    "line %d: %s: replica_groups=%s names replica %lld, but the pod has "
-			    "%d cores",
-			    in->line, in->name, text, (long long)ids[k], world);
-			size = -1;
-			break;
-		}
-	free(ids);
-	free(sizes);
-	if (size < 0)
-		return -1;
-	*cache = (struct group_cache){text, size};
-	return size;
 }
 
 static int64_t value_bytes(const struct hlo_shape *s)
@@ -207,7 +211,10 @@ static int64_t sent_by(const struct hlo_instruction *in, int n)
 {
 	if (n <= 1)
 		return 0;
-	int64_t out = value_bytes(&in->shape);
+	/* An async start's result is its tuple's element 1 (element 0 is the operand). */
+	const struct hlo_shape *result =
+	    in->shape.type == HT_TUPLE && in->shape.n_tuple > 1 ? &in->shape.tuple[1] : &in->shape;
+	int64_t out = value_bytes(result);
 	int64_t operand = in->n_operands > 0 ? value_bytes(&in->operands[0]->shape) : 0;
 	if (is(in, "all-gather") || is(in, "all-gather-start") || is(in, "all-to-all"))
 		return out / n * (n - 1);
@@ -376,47 +383,199 @@ static int fuse(const struct hlo_computation *c, bool on, const bool *held, int 
 	return fusion_decide(&p, fused_into, a);
 }
 
-int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
-                  const struct memplan_options *o, struct arena *a, struct status *st)
+static int oom(struct builder *b)
 {
-	memset(out, 0, sizeof(*out));
-	const struct hlo_computation *c = m->entry;
-	int n = c->n_instructions;
-	out->world_size = topology_world_size(topo);
-	out->all_gather = o->all_gather;
-	out->no_alias = o->no_alias;
-	out->capacity = topology_bytes_limit(topo);
-	struct memplan_options opts = *o;
-	if (opts.chunk_bytes <= 0)
-		opts.chunk_bytes = DEFAULT_CHUNK_BYTES;
-	struct builder b = {out, a, &opts, 0};
-	struct group_cache groups = {NULL, 0};
+	return status_set(b->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+}
+
+/* Instructions whose value is their operands' buffers, with nothing of their own. */
+static bool forwards(const struct hlo_instruction *in)
+{
+	static const char *const ops[] = {"bitcast",        "opt-barrier", "optimization-barrier",
+	                                  "add-dependency", "domain",      NULL};
+	return is_any(in, ops);
+}
+
+static bool is_async_start(const struct hlo_instruction *in)
+{
+	size_t n = strlen(in->opcode);
+	return n > 6 && strcmp(in->opcode + n - 6, "-start") == 0;
+}
+
+static bool is_async_done(const struct hlo_instruction *in)
+{
+	size_t n = strlen(in->opcode);
+	return n > 5 && strcmp(in->opcode + n - 5, "-done") == 0;
+}
+
+static int plan_callee(struct builder *b, const struct hlo_computation *c, int depth);
+
+/*
+ * The bytes a call site adds while it runs: a while the larger of its body and condition, a
+ * conditional its largest branch, a call or an async computation its callee. Fusions,
+ * reducers and comparators run in registers and VMEM: nothing. *callee names the computation
+ * whose peak it is (NULL: none).
+ */
+static int call_extra(struct builder *b, const struct hlo_instruction *in, int depth,
+                      int64_t *extra, const struct hlo_computation **callee)
+{
+	*extra = 0;
+	*callee = NULL;
+	if (is(in, "fusion") || is(in, "custom-call"))
+		return ST_OK;
+	for (int k = 0; k < in->n_calls; k++) {
+		const struct hlo_call *call = &in->calls[k];
+		if (call->role == CALL_TO_APPLY && !is(in, "call"))
+			continue;
+		int index = -1;
+		for (int j = 0; j < b->m->n_computations; j++)
+			if (b->m->computations[j] == call->callee)
+				index = j;
+		if (index < 0)
+			continue;
+		int rv = plan_callee(b, call->callee, depth + 1);
+		if (rv != ST_OK)
+			return rv;
+		if (b->callees[index].extra > *extra) {
+			*extra = b->callees[index].extra;
+			*callee = call->callee;
+		}
+	}
+	return ST_OK;
+}
+
+/* The parameter that output leaf q may take the bytes of (input_output_alias), or -1. */
+static int aliased_parameter(const struct hlo_module *m, const struct hlo_instruction *root, int q)
+{
+	bool leaves = root->shape.type == HT_TUPLE;
+	for (int k = 0; k < m->n_aliases; k++) {
+		const struct hlo_alias *al = &m->aliases[k];
+		if ((!leaves && al->output_index_len == 0) ||
+		    (leaves && al->output_index_len == 1 && al->output_index[0] == q))
+			return (int)al->parameter;
+	}
+	return -1;
+}
+
+/*
+ * XLA's buffer assignment of the entry's result: every leaf is an output buffer of its own. A
+ * leaf that input_output_alias (or buffer_donor, for a parameter of the same size) gives a
+ * parameter takes the parameter's bytes (alias_bytes, once per buffer); a leaf that is a
+ * parameter, a constant or a buffer already returned is copied (XLA's copy insertion). A tuple
+ * result has its index table, 8 bytes per element.
+ */
+static int assign_outputs(struct builder *b, const struct hlo_computation *c,
+                          const struct refs *refs, int n)
+{
+	struct memplan *out = b->p;
+	const struct refs *root = &refs[c->root->index];
+	bool *donor_used = arena_calloc(b->a, (size_t)b->m->n_donors + 1, sizeof(bool));
+	bool *seen = arena_calloc(b->a, (size_t)out->n_buffers + 1, sizeof(bool));
+	if (donor_used == NULL || seen == NULL)
+		return oom(b);
+	for (int q = 0; q < root->n; q++) {
+		int id = root->ids[q];
+		struct plan_buffer *buf = &out->buffers[id];
+		int param = aliased_parameter(b->m, c->root, q);
+		for (int k = 0; param < 0 && k < b->m->n_donors; k++) {
+			int64_t p = b->m->donors[k].parameter;
+			if (!donor_used[k] && p < c->n_parameters &&
+			    layout_bytes(&c->parameters[p]->shape, b->o->tiled) == buf->bytes &&
+			    buf->kind != BUF_ARGUMENT) {
+				donor_used[k] = true;
+				param = (int)p;
+			}
+		}
+		const struct refs *pr = param >= 0 && param < c->n_parameters
+		                            ? &refs[c->parameters[param]->index]
+		                            : NULL;
+		if (pr != NULL && pr->n == 1 && !seen[id]) {
+			seen[id] = true;
+			out->alias_bytes = layout_add(out->alias_bytes, buf->bytes);
+			if (buf->kind == BUF_ARGUMENT) /* passed through in place */
+				continue;
+			buf->kind = BUF_OUTPUT;
+			buf->aliased = true; /* its bytes are the parameter's */
+			buf->last = n - 1;
+			continue;
+		}
+		if (buf->kind == BUF_ARGUMENT || buf->kind == BUF_CONSTANT || seen[id]) {
+			int copy = new_buffer(b, c->root, &c->root->shape, BUF_OUTPUT, n - 1);
+			if (copy < 0)
+				return oom(b);
+			struct plan_buffer *cb = &out->buffers[copy];
+			buf = &out->buffers[id];
+			cb->bytes = buf->bytes;
+			cb->unpadded_bytes = buf->unpadded_bytes;
+			cb->def = buf->def;
+			cb->op = "copy (the entry's result gets a buffer of its own)";
+			continue;
+		}
+		seen[id] = true;
+		buf->kind = BUF_OUTPUT;
+		buf->last = n - 1;
+	}
+	if (c->root->shape.type == HT_TUPLE && tuple_table(b, c->root, BUF_OUTPUT, n - 1) < 0)
+		return oom(b);
+	return ST_OK;
+}
+
+/* Per computation planned: live bytes by position, the peak and the call sites' callees. */
+struct comp_result {
+	int n;
+	int64_t *live;
+	int peak_at;
+	int64_t peak, peak_scratch;
+	const struct hlo_computation **callee_at; /* [n]: whose peak a position includes */
+	int first_buffer;                         /* buffers of this computation from here on */
+	int *order;
+};
+
+/*
+ * Plans one computation: its buffers (added to b->p), their liveness over its schedule, and
+ * the live bytes at each position with collective scratch and callees' peaks. The entry's
+ * parameters are arguments and its root's leaves outputs; a nested computation's parameters
+ * belong to its caller (no bytes here) and its root's leaves are the caller's result.
+ */
+static int plan_computation(struct builder *b, const struct hlo_computation *c, bool entry,
+                            int depth, struct comp_result *res)
+{
+	const struct memplan_options *o = b->o;
+	struct memplan *out = b->p;
+	struct arena *a = b->a;
+	int n = c->n_instructions, rv;
+	const struct hlo_computation *saved = b->comp;
+	b->comp = c;
+	memset(res, 0, sizeof(*res));
+	res->n = n;
+	res->first_buffer = out->n_buffers;
 	int *at = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	if (at == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	out->combine_threshold_bytes = opts.combine_threshold_bytes;
-	out->n_combined = combine(c, opts.combine_threshold_bytes, at);
 	int *order = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	if (order == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int rv = memory_aware_order(c, at, !opts.recorded_order, opts.tiled, order, &out->n_delayed,
-	                            a, st);
+	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
+	int *uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	struct refs *refs = arena_calloc(a, (size_t)n + 1, sizeof(*refs));
+	int *split = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* async start: result's ref */
+	int64_t *scratch = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	int64_t *coll_scratch = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	res->callee_at = arena_calloc(a, (size_t)n + 1, sizeof(*res->callee_at));
+	if (!at || !order || !position || !held || !uses || !fused_into || !refs || !split ||
+	    !scratch || !coll_scratch || !res->callee_at)
+		return oom(b);
+	int n_combined = combine(c, entry ? o->combine_threshold_bytes : 0, at);
+	rv = memory_aware_order(c, at, entry && !o->recorded_order && !b->m->is_scheduled, o->tiled,
+	                        order, entry ? &out->n_delayed : &(int){0}, a, b->st);
 	if (rv != ST_OK)
 		return rv;
+	if (entry)
+		out->n_combined = n_combined;
+	res->order = order;
 	/* Positions in the schedule; a merged collective runs where its group's first one does. */
-	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	if (position == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int k = 0; k < n; k++)
 		position[order[k]] = k;
 	for (int i = 0; i < n; i++)
 		at[i] = position[at[i]];
-	/* The root's values are outputs; uses[i] counts the operands naming instruction i. */
-	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
-	int *uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	if (held == NULL || uses == NULL || fused_into == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	held[c->root->index] = true;
 	if (c->root->shape.type == HT_TUPLE && is(c->root, "tuple"))
 		for (int k = 0; k < c->root->n_operands; k++)
@@ -424,37 +583,42 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	for (int i = 0; i < n; i++)
 		for (int k = 0; k < c->instructions[i]->n_operands; k++)
 			uses[c->instructions[i]->operands[k]->index]++;
-	if ((out->n_fused = fuse(c, !opts.no_fusion, held, fused_into, a)) < 0)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	struct refs *refs = arena_calloc(a, (size_t)n, sizeof(*refs));
-	int64_t *scratch = arena_calloc(a, (size_t)n, sizeof(int64_t));
-	if (refs == NULL || scratch == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	static const char *const aliasing[] = {"bitcast", "opt-barrier", "optimization-barrier",
-	                                       "tuple", NULL};
+	int fused = fuse(c, !o->no_fusion, held, fused_into, a);
+	if (fused < 0)
+		return oom(b);
+	out->n_fused += fused;
 	static const char *const reducing[] = {"all-reduce", "all-reduce-start", "reduce-scatter",
 	                                       NULL};
 	static const char *const collectives[] = {
 	    "all-gather",         "all-gather-start",         "all-reduce",
 	    "all-reduce-start",   "reduce-scatter",           "all-to-all",
 	    "collective-permute", "collective-permute-start", NULL};
-	for (int i = 0; i < n; i++) {
+	for (int k = 0; k < n; k++) {
+		int i = order[k];
 		const struct hlo_instruction *in = c->instructions[i];
 		struct refs *r = &refs[i];
 		int reuse;
 		if (fused_into[i] >= 0) {
 			/* Computed inside the kernel of a later instruction: no buffer. */
 		} else if (in->parameter_number >= 0) {
-			if (define(&b, in, BUF_ARGUMENT, 0, r) != 0)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		} else if (is_any(in, aliasing)) {
-			/* No memory of its own: the operands' buffers, concatenated. */
+			if (define(b, in, entry ? BUF_ARGUMENT : BUF_TEMP, 0, r) != 0)
+				return oom(b);
+			if (!entry) /* the caller's bytes */
+				for (int j = res->first_buffer; j < out->n_buffers; j++)
+					if (out->buffers[j].def == in)
+						out->buffers[j].bytes =
+						    out->buffers[j].unpadded_bytes = 0;
+		} else if (is(in, "constant")) {
+			if (define(b, in, BUF_CONSTANT, 0, r) != 0)
+				return oom(b);
+		} else if (forwards(in) || is(in, "tuple")) {
+			/* No memory of its own but a tuple's index table: the operands' buffers. */
 			int total = 0;
 			for (int j = 0; j < in->n_operands; j++)
 				total += refs[in->operands[j]->index].n;
 			r->ids = arena_calloc(a, (size_t)total + 1, sizeof(int));
 			if (r->ids == NULL)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+				return oom(b);
 			for (int j = 0; j < in->n_operands; j++) {
 				const struct refs *from = &refs[in->operands[j]->index];
 				if (from->n > 0)
@@ -462,60 +626,73 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 					       (size_t)from->n * sizeof(int));
 				r->n += from->n;
 			}
+			if (is(in, "tuple") && !(entry && in == c->root) &&
+			    tuple_table(b, in, BUF_TEMP, k) < 0)
+				return oom(b);
 		} else if (is(in, "get-tuple-element")) {
-			if (in->n_operands != 1 || !in->has_index)
-				return status_set(
-				    st, ST_INVALID_ARGUMENT,
-				    "line %d: %s: get-tuple-element needs one operand and "
-				    "index=N",
-				    in->line, in->name);
 			const struct hlo_instruction *t = in->operands[0];
 			const struct refs *from = &refs[t->index];
-			if (t->shape.type != HT_TUPLE || in->tuple_index >= t->shape.n_tuple)
-				return status_set(st, ST_INVALID_ARGUMENT,
-				                  "line %d: %s: index %lld is out of range for %s",
-				                  in->line, in->name, (long long)in->tuple_index,
-				                  t->name);
 			*r = *from;
 			if (from->n == t->shape.n_tuple) {
 				r->ids = from->ids + in->tuple_index;
 				r->n = 1;
 			}
-		} else if (opts.all_gather != AG_NATIVE && is(in, "all-gather") &&
+		} else if (is_async_done(in) && in->n_operands == 1 &&
+		           refs[in->operands[0]->index].n > 0) {
+			/* The -done is the -start's result buffer: nothing new. */
+			const struct refs *from = &refs[in->operands[0]->index];
+			int s = split[in->operands[0]->index];
+			r->ids = from->ids + (s < from->n ? s : 0);
+			r->n = 1;
+		} else if (is_async_start(in) && in->shape.type == HT_TUPLE && in->n_operands > 0) {
+			/* (operands, result, context...): the operands are the operands' buffers.
+			 */
+			struct refs keep = {0, NULL};
+			keep.ids = arena_calloc(a, 64, sizeof(int));
+			if (keep.ids == NULL)
+				return oom(b);
+			for (int j = 0; j < in->n_operands && keep.n < 64; j++) {
+				const struct refs *from = &refs[in->operands[j]->index];
+				for (int q = 0; q < from->n && keep.n < 64; q++)
+					keep.ids[keep.n++] = from->ids[q];
+			}
+			split[i] = keep.n;
+			if (define_from(b, in, BUF_TEMP, at[i], &keep, r) != 0)
+				return oom(b);
+		} else if (o->all_gather != AG_NATIVE && is(in, "all-gather") &&
 		           in->shape.type != HT_TUPLE) {
 			/*
 			 * The output-sized zeros holding this core's input (pad, or broadcast +
 			 * dynamic-update-slice in place), then an all-reduce of it: in place, or
 			 * into a buffer of its own with --no-alias.
 			 */
-			int padded = new_buffer(&b, in, &in->shape, BUF_TEMP, at[i]);
+			int padded = new_buffer(b, in, &in->shape, BUF_TEMP, at[i]);
 			if (padded < 0)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+				return oom(b);
 			out->buffers[padded].op =
-			    opts.all_gather == AG_VIA_ALL_REDUCE
+			    o->all_gather == AG_VIA_ALL_REDUCE
 			        ? "pad (all-gather via all-reduce)"
 			        : "dynamic-update-slice (decomposed all-gather)";
 			r->ids = arena_calloc(a, 2, sizeof(int));
 			if (r->ids == NULL)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+				return oom(b);
 			r->n = 1;
-			r->ids[0] = opts.no_alias ? new_buffer(&b, in, &in->shape, BUF_TEMP, at[i])
-			                          : padded;
+			r->ids[0] =
+			    o->no_alias ? new_buffer(b, in, &in->shape, BUF_TEMP, at[i]) : padded;
 			if (r->ids[0] < 0)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+				return oom(b);
 			out->n_rewritten++;
-		} else if (!held[i] &&
-		           (reuse = in_place_buffer(out, in, refs, uses, opts.tiled)) >= 0) {
+		} else if ((reuse = in_place_buffer(out, in, refs, uses, o->tiled)) >= 0) {
 			/* An elementwise result in the bytes of an operand that dies here. */
 			r->ids = arena_calloc(a, 2, sizeof(int));
 			if (r->ids == NULL)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+				return oom(b);
 			r->ids[0] = reuse;
 			r->n = 1;
 			out->n_in_place++;
 		} else {
-			if (define(&b, in, BUF_TEMP, at[i], r) != 0)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			if (define(b, in, BUF_TEMP, at[i], r) != 0)
+				return oom(b);
 		}
 		/*
 		 * Operands stay live up to their last use (a merged collective's is where it runs,
@@ -524,348 +701,186 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 		int use = fused_into[i] >= 0 ? at[fused_into[i]] : at[i];
 		for (int j = 0; j < in->n_operands; j++) {
 			const struct refs *from = &refs[in->operands[j]->index];
-			for (int k = 0; k < from->n; k++)
-				if (out->buffers[from->ids[k]].last < use)
-					out->buffers[from->ids[k]].last = use;
+			for (int q = 0; q < from->n; q++)
+				if (out->buffers[from->ids[q]].last < use)
+					out->buffers[from->ids[q]].last = use;
 		}
+		int64_t extra;
+		if ((rv = call_extra(b, in, depth, &extra, &res->callee_at[at[i]])) != ST_OK)
+			return rv;
+		scratch[at[i]] = layout_add(scratch[at[i]], extra);
 		if (is_any(in, collectives)) {
-			int size = group_size(in, out->world_size, &groups, st);
-			if (size < 0)
+			int size;
+			if (verify_collective(in, out->world_size, &b->groups, &size, b->st) !=
+			    ST_OK)
 				return ST_INVALID_ARGUMENT;
-			bool rewritten = opts.all_gather != AG_NATIVE && is(in, "all-gather") &&
+			bool rewritten = o->all_gather != AG_NATIVE && is(in, "all-gather") &&
 			                 in->shape.type != HT_TUPLE;
 			/* A rewritten all-gather is an all-reduce of the output-sized buffer. */
 			int64_t reduced = rewritten ? value_bytes(&in->shape)
 			                  : is_any(in, reducing) && in->n_operands > 0
 			                      ? value_bytes(&in->operands[0]->shape)
 			                      : 0;
-			out->sent_bytes += rewritten && size > 1 ? reduced / size * 2 * (size - 1)
-			                                         : sent_by(in, size);
-			int64_t chunk = reduced < opts.chunk_bytes ? reduced : opts.chunk_bytes;
-			if (scratch[at[i]] < chunk) /* a merged collective shares one chunk */
-				scratch[at[i]] = chunk;
+			int64_t sent = rewritten && size > 1 ? reduced / size * 2 * (size - 1)
+			                                     : sent_by(in, size);
+			out->sent_bytes = layout_add(out->sent_bytes, sent);
+			int64_t chunk = reduced < o->chunk_bytes ? reduced : o->chunk_bytes;
+			if (chunk >
+			    coll_scratch[at[i]]) { /* a merged collective shares one chunk */
+				scratch[at[i]] += chunk - coll_scratch[at[i]];
+				coll_scratch[at[i]] = chunk;
+			}
 		}
 	}
-	/* Arguments live throughout; what the root names is an output, live to the end. */
-	for (int k = 0; k < out->n_buffers; k++)
-		if (out->buffers[k].kind == BUF_ARGUMENT)
-			out->buffers[k].last = n - 1;
+	/* Constants live throughout, as parameters do; so does what the root names. */
+	for (int j = res->first_buffer; j < out->n_buffers; j++)
+		if (out->buffers[j].comp != c)
+			continue; /* a callee's, planned in the meantime */
+		else if (out->buffers[j].kind == BUF_ARGUMENT ||
+		         out->buffers[j].kind == BUF_CONSTANT ||
+		         (!entry && out->buffers[j].def != NULL &&
+		          out->buffers[j].def->parameter_number >= 0))
+			out->buffers[j].last = n - 1;
 	const struct refs *root = &refs[c->root->index];
-	for (int k = 0; k < root->n; k++) {
-		struct plan_buffer *buf = &out->buffers[root->ids[k]];
-		if (buf->kind == BUF_ARGUMENT) {
-			out->alias_bytes += buf->bytes; /* an output that is an argument */
-		} else {
-			buf->kind = BUF_OUTPUT;
-			buf->last = n - 1;
-		}
+	for (int q = 0; q < root->n; q++) {
+		struct plan_buffer *buf = &out->buffers[root->ids[q]];
+		buf->last = n - 1;
+		/* Written into the caller's result; a loop predicate is the condition's own. */
+		if (!entry && !(c->root->shape.type == HT_PRED && c->root->shape.rank == 0))
+			buf->bytes = 0;
 	}
-	for (int k = 0; k < out->n_buffers; k++) {
-		const struct plan_buffer *buf = &out->buffers[k];
-		int64_t *sum = buf->kind == BUF_ARGUMENT ? &out->argument_bytes
-		               : buf->kind == BUF_OUTPUT ? &out->output_bytes
-		                                         : &out->temp_bytes;
-		*sum += buf->bytes;
-	}
-	/* Live bytes at each instruction: +bytes at first, -bytes after last. */
+	if (entry && (rv = assign_outputs(b, c, refs, n)) != ST_OK)
+		return rv;
+	/* Live bytes at each position: +bytes at first, -bytes after last. */
 	int64_t *delta = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
-	if (delta == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int k = 0; k < out->n_buffers; k++) {
-		delta[out->buffers[k].first] += out->buffers[k].bytes;
-		delta[out->buffers[k].last + 1] -= out->buffers[k].bytes;
+	res->live = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	if (delta == NULL || res->live == NULL)
+		return oom(b);
+	for (int j = res->first_buffer; j < out->n_buffers; j++) {
+		const struct plan_buffer *buf = &out->buffers[j];
+		if (buf->aliased || buf->comp != c)
+			continue;
+		delta[buf->first] += buf->bytes;
+		delta[buf->last + 1] -= buf->bytes;
 	}
 	int64_t live = 0;
-	out->peak_bytes = -1;
-	out->n_instructions = n;
-	out->live = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
-	if (out->live == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int i = 0; i < n; i++) {
-		live += delta[i];
-		out->live[i] = live + scratch[i];
-		if (live + scratch[i] > out->peak_bytes) {
-			out->peak_bytes = live + scratch[i];
-			out->peak_at = i;
-			out->peak_scratch = scratch[i];
+	res->peak = -1;
+	for (int k = 0; k < n; k++) {
+		live += delta[k];
+		res->live[k] = layout_add(live, scratch[k]);
+		if (res->live[k] > res->peak) {
+			res->peak = res->live[k];
+			res->peak_at = k;
+			res->peak_scratch = coll_scratch[k];
 		}
 	}
-	out->peak_name = c->instructions[order[out->peak_at]]->name;
-	out->peak_live = arena_calloc(a, (size_t)out->n_buffers + 1, sizeof(int));
-	if (out->peak_live == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int k = 0; k < out->n_buffers; k++) {
-		const struct plan_buffer *buf = &out->buffers[k];
-		if (buf->first <= out->peak_at && out->peak_at <= buf->last && buf->bytes > 0) {
-			out->peak_live[out->n_peak_live++] = k;
-			out->padding_bytes += buf->bytes - buf->unpadded_bytes;
-		}
-	}
-	qsort_r(out->peak_live, (size_t)out->n_peak_live, sizeof(int), by_size, out->buffers);
-	out->fits = out->peak_bytes <= out->capacity;
+	b->comp = saved;
 	return ST_OK;
 }
 
-/* ---- reports ---- */
-
-static const char *kind_name(enum buffer_kind k)
+/*
+ * The buffers of c live at its peak (largest first), with those of the callee that runs there
+ * (named inside the computation they live in).
+ */
+static int collect_peak(struct builder *b, const struct hlo_computation *c,
+                        const struct comp_result *res, int **list, int *n_list)
 {
-	return k == BUF_ARGUMENT ? "argument" : k == BUF_OUTPUT ? "output" : "temp";
-}
-
-static const char *xla_kind(enum buffer_kind k)
-{
-	return k == BUF_ARGUMENT ? "HLO argument" : k == BUF_OUTPUT ? "HLO output" : "HLO temp";
-}
-
-static void print_largest(FILE *f, const struct memplan *p, int max)
-{
-	char size[32], unpadded[32], extra[32], shape[512];
-	for (int k = 0; k < p->n_peak_live && k < max; k++) {
-		const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
-		fprintf(f,
-		        "  %d. Size: %s\n"
-		        "     Operator: op_type=\"%s\"\n"
-		        "     Shape: %s\n"
-		        "     Unpadded size: %s\n",
-		        k + 1, status_human_bytes(size, b->bytes), b->op ? b->op : b->def->opcode,
-		        hlo_shape_format(shape, sizeof(shape), &b->def->shape),
-		        status_human_bytes(unpadded, b->unpadded_bytes));
-		if (b->bytes > b->unpadded_bytes)
-			fprintf(f, "     Extra memory due to padding: %s (%.1fx expansion)\n",
-			        status_human_bytes(extra, b->bytes - b->unpadded_bytes),
-			        b->unpadded_bytes > 0 ? (double)b->bytes / (double)b->unpadded_bytes
-			                              : 0.0);
-		fprintf(f,
-		        "     XLA label: %s = %s(...)\n"
-		        "     Allocation type: %s\n"
-		        "     ==========================\n\n",
-		        b->def->name, b->def->opcode, xla_kind(b->kind));
+	struct memplan *out = b->p;
+	const struct hlo_computation *callee = res->callee_at[res->peak_at];
+	const struct callee_plan *cp = NULL;
+	for (int j = 0; callee != NULL && j < b->m->n_computations; j++)
+		if (b->m->computations[j] == callee)
+			cp = &b->callees[j];
+	int extra = cp != NULL ? cp->n_peak_live : 0;
+	*list = arena_calloc(b->a, (size_t)out->n_buffers + (size_t)extra + 1, sizeof(int));
+	if (*list == NULL)
+		return oom(b);
+	*n_list = 0;
+	for (int k = 0; k < out->n_buffers; k++) {
+		const struct plan_buffer *buf = &out->buffers[k];
+		if (buf->comp == c && buf->first <= res->peak_at && res->peak_at <= buf->last &&
+		    buf->bytes > 0 && !buf->aliased)
+			(*list)[(*n_list)++] = k;
 	}
+	for (int k = 0; k < extra; k++)
+		(*list)[(*n_list)++] = cp->peak_live[k];
+	qsort_r(*list, (size_t)*n_list, sizeof(int), by_size, out->buffers);
+	return ST_OK;
 }
 
-/* What the combiners and an all-gather strategy other than native did to the plan. */
-static void print_strategy(FILE *f, const struct memplan *p)
+/* Plans a called computation once: its extra bytes and the buffers live at its peak. */
+static int plan_callee(struct builder *b, const struct hlo_computation *c, int depth)
 {
-	char threshold[32];
-	if (p->n_fused > 0)
-		fprintf(f,
-		        "fused %d elementwise instructions into the kernels of later ones: they "
-		        "take no HBM (--fusion none keeps them)\n\n",
-		        p->n_fused);
-	if (p->n_delayed > 0)
-		fprintf(f,
-		        "the memory-aware scheduler ran %d computations just before their first "
-		        "consumer (--scheduler recorded keeps the written order)\n\n",
-		        p->n_delayed);
-	if (p->n_in_place > 0)
-		fprintf(f,
-		        "%d elementwise results reuse the bytes of an operand that dies there (in "
-		        "place)\n\n",
-		        p->n_in_place);
-	if (p->n_combined > 0)
-		fprintf(
-		    f,
-		    "combined %d collectives into earlier independent ones (threshold %s): their "
-		    "outputs are live from there on\n\n",
-		    p->n_combined, status_human_bytes(threshold, p->combine_threshold_bytes));
-	if (p->n_rewritten > 0)
-		fprintf(
-		    f,
-		    "all-gather strategy %s: each of the %d all-gathers fills an output-sized "
-		    "buffer with zeros and its input, then all-reduces it %s, with one chunk of "
-		    "scratch; it sends 2(n-1)/n of the output instead of (n-1)/n\n\n",
-		    ag_strategy_name(p->all_gather), p->n_rewritten,
-		    p->no_alias ? "into a second output-sized buffer (--no-alias)" : "in place");
+	int index = 0;
+	while (index < b->m->n_computations && b->m->computations[index] != c)
+		index++;
+	struct callee_plan *cp = &b->callees[index];
+	if (cp->state == 2)
+		return ST_OK;
+	if (cp->state == 1 || depth > 64)
+		return status_set(b->st, ST_INVALID_ARGUMENT,
+		                  "line %d: computation %s calls itself (directly or not)", c->line,
+		                  c->name);
+	cp->state = 1;
+	struct comp_result res;
+	int rv = plan_computation(b, c, false, depth, &res);
+	if (rv != ST_OK)
+		return rv;
+	cp->extra = res.peak > 0 ? res.peak : 0;
+	rv = collect_peak(b, c, &res, &cp->peak_live, &cp->n_peak_live);
+	cp->state = 2;
+	return rv;
 }
 
-void memplan_print_oom(FILE *f, const struct memplan *p, const struct topology *topo)
+int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
+                  const struct memplan_options *o, struct arena *a, struct status *st)
 {
-	char used[32], cap[32], over[32], res[32], args[32], outs[32], temps[32];
-	fprintf(
-	    f,
-	    "Ran out of memory in memory space hbm. Used %s of %s hbm. Exceeded hbm capacity by "
-	    "%s.\n\n",
-	    status_human_bytes(used, p->peak_bytes), status_human_bytes(cap, p->capacity),
-	    status_human_bytes(over, p->peak_bytes - p->capacity));
-	fprintf(f,
-	        "Total hbm usage >= %s:\n"
-	        "    reserved        %s\n"
-	        "    arguments       %s\n"
-	        "    outputs         %s\n"
-	        "    temporaries     %s (the peak is at instruction %d, %s)\n\n",
-	        status_human_bytes(used, p->peak_bytes + topo->reserved_bytes),
-	        status_human_bytes(res, topo->reserved_bytes),
-	        status_human_bytes(args, p->argument_bytes),
-	        status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes),
-	        p->peak_at, p->peak_name);
-	print_strategy(f, p);
-	fprintf(f, "Largest program allocations in hbm:\n\n");
-	print_largest(f, p, 10);
-}
-
-void memplan_print_text(FILE *f, const struct memplan *p, const struct topology *topo)
-{
-	if (!p->fits) {
-		memplan_print_oom(f, p, topo);
-		return;
+	memset(out, 0, sizeof(*out));
+	const struct hlo_computation *c = m->entry;
+	out->world_size = topology_world_size(topo);
+	out->all_gather = o->all_gather;
+	out->no_alias = o->no_alias;
+	out->capacity = topology_bytes_limit(topo);
+	out->combine_threshold_bytes = o->combine_threshold_bytes;
+	struct memplan_options opts = *o;
+	if (opts.chunk_bytes <= 0)
+		opts.chunk_bytes = DEFAULT_CHUNK_BYTES;
+	struct builder b = {.p = out, .a = a, .o = &opts, .m = m, .st = st};
+	b.callees = arena_calloc(a, (size_t)m->n_computations + 1, sizeof(*b.callees));
+	if (b.callees == NULL)
+		return oom(&b);
+	int rv = verify_module(m, out->world_size, st);
+	if (rv != ST_OK)
+		return rv;
+	struct comp_result res;
+	if ((rv = plan_computation(&b, c, true, 0, &res)) != ST_OK)
+		return rv;
+	out->n_instructions = res.n;
+	out->live = res.live;
+	out->peak_bytes = res.peak;
+	out->peak_at = res.peak_at;
+	out->peak_scratch = res.peak_scratch;
+	out->peak_name = c->instructions[res.order[res.peak_at]]->name;
+	for (int k = 0; k < out->n_buffers; k++) {
+		const struct plan_buffer *buf = &out->buffers[k];
+		out->other_space_bytes = layout_add(out->other_space_bytes, buf->other_space_bytes);
+		if (buf->comp != c)
+			continue;
+		int64_t *sum = buf->kind == BUF_ARGUMENT   ? &out->argument_bytes
+		               : buf->kind == BUF_OUTPUT   ? &out->output_bytes
+		               : buf->kind == BUF_CONSTANT ? &out->constant_bytes
+		                                           : &out->temp_bytes;
+		*sum = layout_add(*sum, buf->bytes);
 	}
-	char peak[32], cap[32], args[32], outs[32], temps[32], pad[32], sent[32], scr[32];
-	fprintf(f,
-	        "fits: peak %s of %s hbm per core (%s, %d cores)\n"
-	        "  arguments %s, outputs %s, temporaries %s, collective scratch at the peak %s\n"
-	        "  padding in the live set at the peak %s; each core sends %s in collectives\n\n",
-	        status_human_bytes(peak, p->peak_bytes), status_human_bytes(cap, p->capacity),
-	        topo->name, p->world_size, status_human_bytes(args, p->argument_bytes),
-	        status_human_bytes(outs, p->output_bytes), status_human_bytes(temps, p->temp_bytes),
-	        status_human_bytes(scr, p->peak_scratch), status_human_bytes(pad, p->padding_bytes),
-	        status_human_bytes(sent, p->sent_bytes));
-	print_strategy(f, p);
-	fprintf(f, "Live at the peak (instruction %d, %s):\n\n", p->peak_at, p->peak_name);
-	print_largest(f, p, 10);
-}
-
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
+	if ((rv = collect_peak(&b, c, &res, &out->peak_live, &out->n_peak_live)) != ST_OK)
+		return rv;
+	for (int k = 0; k < out->n_peak_live; k++) {
+		const struct plan_buffer *buf = &out->buffers[out->peak_live[k]];
+		out->padding_bytes =
+		    layout_add(out->padding_bytes, buf->bytes - buf->unpadded_bytes);
 	}
-	fputc('"', f);
-}
-
-void memplan_print_json(FILE *f, const struct memplan *p, const struct status *error)
-{
-	fprintf(f, "{\"cores\": [");
-	for (int core = 0; p != NULL && core < p->world_size; core++) {
-		fprintf(
-		    f,
-		    "%s\n {\"ordinal\": %d, \"argument_bytes\": %lld, \"output_bytes\": %lld, "
-		    "\"alias_bytes\": %lld, \"temp_bytes\": %lld, \"peak_bytes\": %lld, "
-		    "\"padding_bytes\": %lld, \"sent_bytes\": %lld, \"fits\": %s, \"peak_live\": [",
-		    core ? "," : "", core, (long long)p->argument_bytes, (long long)p->output_bytes,
-		    (long long)p->alias_bytes, (long long)p->temp_bytes, (long long)p->peak_bytes,
-		    (long long)p->padding_bytes, (long long)p->sent_bytes,
-		    p->fits ? "true" : "false");
-		for (int k = 0; k < p->n_peak_live; k++) {
-			const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
-			char shape[512];
-			fprintf(f, "%s{\"name\": ", k ? ", " : "");
-			json_string(f, b->def->name);
-			fprintf(f, ", \"op\": ");
-			json_string(f, b->op ? b->op : b->def->opcode);
-			fprintf(f, ", \"shape\": ");
-			json_string(f, hlo_shape_format(shape, sizeof(shape), &b->def->shape));
-			fprintf(f, ", \"bytes\": %lld, \"padded_bytes\": %lld, \"kind\": \"%s\"}",
-			        (long long)b->unpadded_bytes, (long long)b->bytes,
-			        kind_name(b->kind));
-		}
-		fprintf(f, "]}");
-	}
-	fprintf(f, "],\n \"error\": ");
-	if (error == NULL) {
-		fprintf(f, "null}\n");
-	} else {
-		fprintf(f, "{\"code\": ");
-		json_string(f, status_code_name(error->code));
-		fprintf(f, ", \"message\": ");
-		json_string(f, error->message);
-		fprintf(f, "}}\n");
-	}
-}
-
-static void xml_text(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '<')
-			fputs("&lt;", f);
-		else if (*s == '>')
-			fputs("&gt;", f);
-		else if (*s == '&')
-			fputs("&amp;", f);
-		else if (*s == '"')
-			fputs("&quot;", f);
-		else
-			fputc(*s, f);
-	}
-}
-
-void memplan_write_svg(FILE *f, const struct memplan *p, const struct topology *topo,
-                       const char *title)
-{
-	const double w = 960, h = 360, left = 80, right = 20, top = 40, bottom = 40;
-	int shown = p->n_peak_live < 12 ? p->n_peak_live : 12;
-	double total_h = h + 30 + 18.0 * shown;
-	int64_t ymax = p->peak_bytes > p->capacity ? p->peak_bytes : p->capacity;
-	if (ymax <= 0)
-		ymax = 1;
-	int n = p->n_instructions > 0 ? p->n_instructions : 1;
-	double pw = w - left - right, ph = h - top - bottom;
-#define X(i) (left + pw * ((double)(i) / (double)n))
-#define Y(v) (top + ph * (1.0 - (double)(v) / (double)ymax))
-	fprintf(f,
-	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-	        "font-family=\"monospace\" font-size=\"12\">\n"
-	        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" "
-	        "y=\"20\" font-size=\"14\">",
-	        w, total_h, left);
-	xml_text(f, title);
-	char peak[32], cap[32];
-	fprintf(f, " — live HBM per core over the program (%s, every core the same)</text>\n",
-	        topo->name);
-	/* Axes and the capacity. */
-	fprintf(f,
-	        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"
-	        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
-	        left, top, left, top + ph, left, top + ph, left + pw, top + ph);
-	fprintf(f,
-	        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"red\" "
-	        "stroke-dasharray=\"6,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" fill=\"red\">"
-	        "capacity %s</text>\n",
-	        left, Y(p->capacity), left + pw, Y(p->capacity), left + pw - 160,
-	        Y(p->capacity) - 4, status_human_bytes(cap, p->capacity));
-	for (int k = 0; k <= 4; k++) {
-		char label[32];
-		int64_t v = ymax / 4 * k;
-		fprintf(f, "<text x=\"4\" y=\"%.1f\">%s</text>\n", Y(v) + 4,
-		        status_human_bytes(label, v));
-	}
-	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">instruction (program order), 0..%d</text>\n", left,
-	        top + ph + 28, n - 1);
-	/* Live bytes as steps. */
-	fprintf(f, "<polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"1.5\" points=\"");
-	for (int i = 0; i < p->n_instructions; i++)
-		fprintf(f, "%.1f,%.1f %.1f,%.1f ", X(i), Y(p->live[i]), X(i + 1), Y(p->live[i]));
-	fprintf(f, "\"/>\n");
-	/* The peak and what is live there. */
-	double px = (X(p->peak_at) + X(p->peak_at + 1)) / 2, py = Y(p->peak_bytes);
-	fprintf(f,
-	        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"orange\"/>\n<text x=\"%.1f\" "
-	        "y=\"%.1f\">peak %s at %d (",
-	        px, py, px + 8 > left + pw - 240 ? px - 240 : px + 8, py - 6,
-	        status_human_bytes(peak, p->peak_bytes), p->peak_at);
-	xml_text(f, p->peak_name ? p->peak_name : "");
-	fprintf(f, ")</text>\n<text x=\"%.1f\" y=\"%.1f\">live at the peak:</text>\n", left,
-	        h + 14);
-	for (int k = 0; k < shown; k++) {
-		const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
-		char size[32], shape[256];
-		fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%9s  %-8s ", left, h + 32 + 18.0 * k,
-		        status_human_bytes(size, b->bytes), kind_name(b->kind));
-		xml_text(f, b->def->name);
-		fputs(" = ", f);
-		xml_text(f, hlo_shape_format(shape, sizeof(shape), &b->def->shape));
-		fputc(' ', f);
-		xml_text(f, b->op ? b->op : b->def->opcode);
-		fprintf(f, "</text>\n");
-	}
-	fprintf(f, "</svg>\n");
-#undef X
-#undef Y
+	out->n_warnings = m->n_warnings;
+	out->warnings = m->warnings;
+	out->fits = out->peak_bytes <= out->capacity;
+	return ST_OK;
 }

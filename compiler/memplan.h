@@ -17,15 +17,18 @@
 #include "status.h"
 #include "topology.h"
 
-enum buffer_kind { BUF_ARGUMENT, BUF_OUTPUT, BUF_TEMP };
+enum buffer_kind { BUF_ARGUMENT, BUF_OUTPUT, BUF_TEMP, BUF_CONSTANT };
 
 struct plan_buffer {
 	const struct hlo_instruction *def;
+	const struct hlo_computation *comp; /* where it lives (first/last are positions there) */
 	const char *op; /* what made it, when not def's opcode (a strategy's temporary) */
 	enum buffer_kind kind;
 	int64_t bytes; /* in HBM (padded when tiled) */
 	int64_t unpadded_bytes;
-	int first, last; /* live over [first, last] in program order */
+	int first, last;           /* live over [first, last] in program order */
+	int64_t other_space_bytes; /* in a memory space other than HBM (bytes is then 0) */
+	bool aliased;              /* an output in the bytes of a parameter (input_output_alias) */
 };
 
 /*
@@ -62,11 +65,14 @@ struct memplan {
 	int64_t capacity; /* usable HBM per core */
 	int n_buffers;
 	struct plan_buffer *buffers;
-	int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes;
-	int64_t peak_bytes;    /* live bytes at the peak, scratch included */
-	int64_t padding_bytes; /* of the buffers live at the peak */
-	int peak_at;           /* position of the peak in the schedule */
-	const char *peak_name; /* and its name */
+	int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes, constant_bytes;
+	int64_t other_space_bytes; /* buffers outside HBM (memory space S(n), n > 0) */
+	int n_warnings;
+	const struct hlo_warning *warnings; /* what changes memory and is not modelled */
+	int64_t peak_bytes;                 /* live bytes at the peak, scratch included */
+	int64_t padding_bytes;              /* of the buffers live at the peak */
+	int peak_at;                        /* position of the peak in the schedule */
+	const char *peak_name;              /* and its name */
 	int n_instructions;
 	int64_t *live; /* [n_instructions]: live bytes (scratch included) at each instruction */
 	int n_peak_live;

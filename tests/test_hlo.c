@@ -389,18 +389,18 @@ static void test_plan_combining_and_barriers(void **state)
 	assert_int_equal(topology_from_preset(&topo, "v3-8", &st), ST_OK);
 	struct memplan_options o = {.tiled = true, .combine_threshold_bytes = 30 * MiB};
 	struct memplan p;
-	const int64_t scalars = 3 * 4; /* z, ra, rb */
+	const int64_t scalars = 3 * 4; /* z (a constant lives throughout), ra, rb */
 	/* Combined: b runs with a, so both 8 MiB outputs are live at once. */
 	snprintf(text, sizeof(text), fmt, "c = f32[] constant(1)");
 	assert_int_equal(parse(text, &m, &st), ST_OK);
 	assert_int_equal(memplan_build(&p, &m, &topo, &o, a, &st), ST_OK);
 	assert_int_equal(p.n_combined, 1);
-	assert_int_equal(p.peak_bytes, 2 * MiB + 2 * 8 * MiB + 4 + 4);
+	assert_int_equal(p.peak_bytes, 2 * MiB + 2 * 8 * MiB + scalars);
 	/* Without combining (threshold below the pair), one output at a time. */
 	o.combine_threshold_bytes = 10 * MiB;
 	assert_int_equal(memplan_build(&p, &m, &topo, &o, a, &st), ST_OK);
 	assert_int_equal(p.n_combined, 0);
-	assert_int_equal(p.peak_bytes, 2 * MiB + 8 * MiB + scalars);
+	assert_int_equal(p.peak_bytes, 2 * MiB + 8 * MiB + scalars + 4); /* and c */
 	/* An opt-barrier between them keeps them apart at any threshold. */
 	o.combine_threshold_bytes = 30 * MiB;
 	snprintf(text, sizeof(text), fmt, "ob = f32[] opt-barrier(ra)");
@@ -448,7 +448,7 @@ static void test_plan_out_of_memory(void **state)
 	     "  ROOT t = (f32[12582912,1]{1,0}, f32[12582912,1]{1,0}) tuple(m, n)\n}\n",
 	     "v3-8", &p);
 	assert_false(p.fits);
-	assert_int_equal(p.peak_bytes, 18 * GiB);
+	assert_int_equal(p.peak_bytes, 18 * GiB + 16); /* and the result's tuple index table */
 	assert_int_equal(p.padding_bytes, 3 * (6 * GiB - 48 * MiB));
 	char *text = NULL;
 	size_t len = 0;
@@ -464,6 +464,65 @@ static void test_plan_out_of_memory(void **state)
 	free(text);
 }
 
+/* A module of tests/hlo, planned for a v3-8 with TPU layouts. */
+static void plan_file(const char *name, struct memplan *p, struct status *st, int want)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", PODEMU_HLO_DIR, name);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	static char text[1 << 16];
+	size_t len = fread(text, 1, sizeof(text), f);
+	fclose(f);
+	struct hlo_module m;
+	struct topology topo;
+	assert_int_equal(topology_from_preset(&topo, "v3-8", st), ST_OK);
+	int rv = hlo_parse(text, len, a, &m, st);
+	if (rv == ST_OK) {
+		struct memplan_options o = {.tiled = true};
+		rv = memplan_build(p, &m, &topo, &o, a, st);
+	}
+	if (rv != want)
+		fail_msg("%s: %s", name, st->message);
+}
+
+/* The figures worked out by hand in each module's comment. */
+static void test_plan_modules(void **state)
+{
+	struct memplan p;
+	struct status st;
+	/* A while costs its state and its body's peak; the peak names body/big. */
+	plan_file("while-temp.hlo", &p, &st, ST_OK);
+	assert_int_equal(p.peak_bytes, 268443680);
+	assert_int_equal(p.argument_bytes, 4096);
+	assert_int_equal(p.output_bytes, 4096);
+	assert_int_equal(p.constant_bytes, 4);
+	assert_string_equal(p.peak_name, "w");
+	const struct plan_buffer *top = &p.buffers[p.peak_live[0]];
+	assert_string_equal(top->comp->name, "body");
+	assert_string_equal(top->def->name, "big");
+	/* Every parameter of an aliased train step counted once. */
+	plan_file("aliased-step.hlo", &p, &st, ST_OK);
+	assert_int_equal(p.argument_bytes, 12582912);
+	assert_int_equal(p.output_bytes, 8388624);
+	assert_int_equal(p.alias_bytes, 8388608);
+	assert_int_equal(p.peak_bytes, 12582928);
+	/* Async pairs once, tiles as written, other memory spaces apart. */
+	plan_file("async-tiles.hlo", &p, &st, ST_OK);
+	assert_int_equal(p.argument_bytes, 1024);
+	assert_int_equal(p.output_bytes, 1024);
+	assert_int_equal(p.other_space_bytes, 512);
+	assert_int_equal(p.peak_bytes, 2048);
+	assert_int_equal(p.sent_bytes, 84);
+	/* Replica groups checked with XLA's verifier's words before planning. */
+	plan_file("bad-groups.hlo", &p, &st, ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "line 8: ag: Replica 3 is repeated in instruction's "
+	                                   "replica-groups"));
+	plan_file("uneven-groups.hlo", &p, &st, ST_INVALID_ARGUMENT);
+	assert_non_null(
+	    strstr(st.message, "line 7: ag: Replica groups expected to be of uniform size"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -477,6 +536,7 @@ int main(void)
 	    cmocka_unit_test(test_plan_liveness),
 	    cmocka_unit_test(test_plan_memory_aware_order),
 	    cmocka_unit_test(test_plan_out_of_memory),
+	    cmocka_unit_test(test_plan_modules),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -67,6 +67,9 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	if (rv == ST_OK && (rv = memplan_build(&plan, &m, topo, &mo, a, &st)) != ST_OK)
 		status_set(&st, rv, "%s: %s", o->file, st.message);
 	int code = rv == ST_OK ? (plan.fits ? 0 : 1) : 2;
+	for (int k = 0; rv == ST_OK && !o->json && k < plan.n_warnings; k++)
+		fprintf(stderr, "podemu compile: warning: %s: line %d: %s\n", o->file,
+		        plan.warnings[k].line, plan.warnings[k].text);
 	if (rv == ST_OK && o->svg != NULL) {
 		FILE *svg = fopen(o->svg, "w");
 		if (svg == NULL) {
