@@ -406,3 +406,36 @@ bad:
 	                  "mesh '%s': expected NAME=SIZE[,NAME=SIZE...], e.g. data=4,model=2",
 	                  text);
 }
+
+int coll_groups_from_text(struct coll_groups *out, const char *text, int world, int non_uniform_ok,
+                          const char *label, struct status *st)
+{
+	int64_t *ids;
+	int *sizes, n;
+	if (coll_groups_parse(text, &ids, &sizes, &n, st) != ST_OK)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: replica_groups=%s: %s", label, text,
+		                  st->message);
+	Podemu__ReplicaGroup *groups = calloc((size_t)n + 1, sizeof(*groups));
+	Podemu__ReplicaGroup **list = calloc((size_t)n + 1, sizeof(*list));
+	int rv;
+	if (groups == NULL || list == NULL) {
+		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	} else {
+		Podemu__Node node = PODEMU__NODE__INIT;
+		for (int g = 0, at = 0; g < n; g++) {
+			podemu__replica_group__init(&groups[g]);
+			groups[g].replica_ids = ids + at;
+			groups[g].n_replica_ids = (size_t)sizes[g];
+			list[g] = &groups[g];
+			at += sizes[g];
+		}
+		node.replica_groups = list;
+		node.n_replica_groups = (size_t)n;
+		rv = coll_groups_resolve(out, &node, NULL, 0, world, non_uniform_ok, label, st);
+	}
+	free(groups);
+	free(list);
+	free(ids);
+	free(sizes);
+	return rv;
+}

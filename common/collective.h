@@ -43,6 +43,13 @@ void coll_groups_free(struct coll_groups *g);
 int coll_groups_parse(const char *text, int64_t **ids, int **sizes, int *num_groups,
                       struct status *st);
 
+/*
+ * Parses XLA's text form of replica groups and resolves them as coll_groups_resolve does (the
+ * same rules and words). On success the caller frees out with coll_groups_free.
+ */
+int coll_groups_from_text(struct coll_groups *out, const char *text, int world, int non_uniform_ok,
+                          const char *label, struct status *st);
+
 /* Parses "data=4,model=2" into names and sizes (malloc'd, names too; see coll_mesh_free). */
 int coll_mesh_parse(const char *text, char ***names, int64_t **sizes, int *n, struct status *st);
 void coll_mesh_free(char **names, int64_t *sizes, int n);

@@ -168,14 +168,25 @@ static int add_calls(struct reader *r, struct hlo_instruction *in, enum hlo_call
 	return ST_OK;
 }
 
-static int attribute(struct reader *r, struct hlo_instruction *in, struct pending *pend)
+/* "key =" of an attribute: the key, or NULL after an error. */
+static const char *attribute_key(struct reader *r)
 {
 	reader_skip(r);
 	const char *at = r->p;
 	const char *key = reader_word(r);
+	if (key == NULL) {
+		reader_fail(r, at, "expected an attribute name");
+		return NULL;
+	}
+	return reader_expect(r, '=', "after the attribute name") == ST_OK ? key : NULL;
+}
+
+static int attribute(struct reader *r, struct hlo_instruction *in, struct pending *pend)
+{
+	reader_skip(r);
+	const char *at = r->p;
+	const char *key = attribute_key(r);
 	if (key == NULL)
-		return reader_fail(r, at, "expected an attribute name");
-	if (reader_expect(r, '=', "after the attribute name") != ST_OK)
 		return ST_INVALID_ARGUMENT;
 	const char *v = attribute_value(r);
 	if (v == NULL)
@@ -457,14 +468,9 @@ static int number_parameters(struct reader *r, struct hlo_computation *c, const 
 /* Skips ", key=value" attributes (a computation's execution_thread, module flags). */
 static int skip_attributes(struct reader *r)
 {
-	while (reader_accept(r, ',')) {
-		const char *at = r->p;
-		if (reader_word(r) == NULL)
-			return reader_fail(r, at, "expected an attribute name");
-		if (reader_expect(r, '=', "after the attribute name") != ST_OK ||
-		    attribute_value(r) == NULL)
+	while (reader_accept(r, ','))
+		if (attribute_key(r) == NULL || attribute_value(r) == NULL)
 			return ST_INVALID_ARGUMENT;
-	}
 	return ST_OK;
 }
 
@@ -607,12 +613,8 @@ static int alias_list(struct reader *r, bool donors, struct hlo_alias **list, in
 static int header(struct reader *r, struct hlo_module *m, struct hlo_shape *entry_layout)
 {
 	while (reader_accept(r, ',')) {
-		reader_skip(r);
-		const char *at = r->p;
-		const char *key = reader_word(r);
+		const char *key = attribute_key(r);
 		if (key == NULL)
-			return reader_fail(r, at, "expected an attribute name");
-		if (reader_expect(r, '=', "after the attribute name") != ST_OK)
 			return ST_INVALID_ARGUMENT;
 		int rv = ST_OK;
 		if (strcmp(key, "input_output_alias") == 0) {

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
 #include "collective.h"
 
 static bool is(const struct hlo_instruction *in, const char *op)
@@ -24,47 +23,19 @@ static bool is_collective(const struct hlo_instruction *in)
 	return false;
 }
 
-/* The groups of text as a node, checked by the one implementation of XLA's rules. */
+/* The groups as written, checked by the one implementation of XLA's rules. */
 static int check_groups(const struct hlo_instruction *in, const char *text, int world, int *size,
                         struct status *st)
 {
-	int64_t *ids;
-	int *sizes, n;
 	char label[256];
 	snprintf(label, sizeof(label), "line %d: %s", in->line, in->name);
-	if (coll_groups_parse(text, &ids, &sizes, &n, st) != ST_OK)
-		return status_set(st, ST_INVALID_ARGUMENT, "%s: replica_groups=%s: %s", label, text,
-		                  st->message);
-	struct arena *a = arena_new();
-	Podemu__ReplicaGroup *groups = a ? arena_calloc(a, (size_t)n + 1, sizeof(*groups)) : NULL;
-	Podemu__ReplicaGroup **list = a ? arena_calloc(a, (size_t)n + 1, sizeof(*list)) : NULL;
-	int rv = ST_OK;
-	if (groups == NULL || list == NULL) {
-		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		goto out;
-	}
-	Podemu__Node node;
-	podemu__node__init(&node);
-	for (int g = 0, at = 0; g < n; g++) {
-		podemu__replica_group__init(&groups[g]);
-		groups[g].replica_ids = ids + at;
-		groups[g].n_replica_ids = (size_t)sizes[g];
-		list[g] = &groups[g];
-		at += sizes[g];
-	}
-	node.replica_groups = list;
-	node.n_replica_groups = (size_t)n;
 	struct coll_groups resolved;
 	bool any_size = is(in, "all-reduce") || is(in, "all-reduce-start");
-	rv = coll_groups_resolve(&resolved, &node, NULL, 0, world, any_size, label, st);
+	int rv = coll_groups_from_text(&resolved, text, world, any_size, label, st);
 	if (rv == ST_OK) {
 		*size = resolved.size[0];
 		coll_groups_free(&resolved);
 	}
-out:
-	arena_free(a);
-	free(ids);
-	free(sizes);
 	return rv;
 }
 

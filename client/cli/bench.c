@@ -46,9 +46,6 @@ static int resolve_groups(struct member_groups *mg, const struct bench_options *
 	char **names = NULL;
 	int64_t *sizes = NULL;
 	int n_mesh = 0;
-	Podemu__ReplicaGroup *rgs = NULL, **rgp = NULL;
-	int64_t *ids = NULL;
-	int *gsizes = NULL, ng = 0;
 	struct status st;
 	int rv = ST_OK;
 	if (o->mesh != NULL) {
@@ -60,22 +57,11 @@ static int resolve_groups(struct member_groups *mg, const struct bench_options *
 			mesh[i] = &axes[i];
 		}
 		node.mesh_axis = (char *)(o->axis ? o->axis : "");
-	} else if (o->groups != NULL) {
-		rv = coll_groups_parse(o->groups, &ids, &gsizes, &ng, &st);
-		rgs = calloc((size_t)ng + 1, sizeof(*rgs));
-		rgp = calloc((size_t)ng + 1, sizeof(*rgp));
-		for (int g = 0, at = 0; rv == ST_OK && g < ng; g++) {
-			podemu__replica_group__init(&rgs[g]);
-			rgs[g].replica_ids = ids + at;
-			rgs[g].n_replica_ids = (size_t)gsizes[g];
-			rgp[g] = &rgs[g];
-			at += gsizes[g];
-		}
-		node.replica_groups = rgp;
-		node.n_replica_groups = (size_t)ng;
 	}
 	struct coll_groups cg;
-	if (rv == ST_OK)
+	if (rv == ST_OK && o->mesh == NULL && o->groups != NULL)
+		rv = coll_groups_from_text(&cg, o->groups, world, 0, "bench", &st);
+	else if (rv == ST_OK)
 		rv = coll_groups_resolve(&cg, &node, mesh, (size_t)n_mesh, world, 0, "bench", &st);
 	if (rv == ST_OK) {
 		mg->n = cg.uniform_size;
@@ -94,10 +80,6 @@ static int resolve_groups(struct member_groups *mg, const struct bench_options *
 		fprintf(stderr, "podemu bench: %s\n", st.message);
 	}
 	coll_mesh_free(names, sizes, n_mesh);
-	free(ids);
-	free(gsizes);
-	free(rgs);
-	free(rgp);
 	return rv;
 }
 
