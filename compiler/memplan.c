@@ -5,8 +5,10 @@
 
 #include "collective.h"
 #include "fusion.h"
+#include "heap.h"
 #include "layout.h"
 #include "verify.h"
+#include "topology.h"
 #include "schedule.h"
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
@@ -38,6 +40,15 @@ struct builder {
 	struct status *st;
 };
 
+/* Bytes rounded up to the heap's alignment, saturating; an empty buffer still takes one unit. */
+static int64_t aligned(int64_t bytes, int64_t alignment)
+{
+	if (alignment <= 1)
+		return bytes;
+	bytes = layout_add(bytes > 0 ? bytes : 1, alignment - 1);
+	return bytes / alignment * alignment;
+}
+
 static int new_buffer(struct builder *b, const struct hlo_instruction *def,
                       const struct hlo_shape *s, enum buffer_kind kind, int at)
 {
@@ -56,7 +67,7 @@ static int new_buffer(struct builder *b, const struct hlo_instruction *def,
 	buf->def = def;
 	buf->comp = b->comp;
 	buf->kind = kind;
-	buf->bytes = layout_bytes(s, b->o->tiled);
+	buf->bytes = aligned(layout_bytes(s, b->o->tiled), b->o->alignment);
 	buf->unpadded_bytes = layout_bytes(s, false);
 	if (!layout_in_hbm(s)) { /* another memory space: reported, not in the HBM peak */
 		buf->other_space_bytes = buf->bytes;
@@ -74,7 +85,8 @@ static int tuple_table(struct builder *b, const struct hlo_instruction *in, enum
 	int id = new_buffer(b, in, &in->shape, kind, at);
 	if (id >= 0) {
 		struct plan_buffer *buf = &b->p->buffers[id];
-		buf->bytes = buf->unpadded_bytes = 8 * (int64_t)in->shape.n_tuple;
+		buf->bytes = aligned(8 * (int64_t)in->shape.n_tuple, b->o->alignment);
+		buf->unpadded_bytes = 8 * (int64_t)in->shape.n_tuple;
 		buf->other_space_bytes = 0;
 		buf->op = "tuple index table";
 	}
@@ -469,6 +481,11 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 {
 	struct memplan *out = b->p;
 	const struct refs *root = &refs[c->root->index];
+	if (b->o->graph_outputs) {
+		for (int q = 0; q < root->n; q++)
+			out->buffers[root->ids[q]].kind = BUF_OUTPUT;
+		return ST_OK;
+	}
 	bool *donor_used = arena_calloc(b->a, (size_t)b->m->n_donors + 1, sizeof(bool));
 	bool *seen = arena_calloc(b->a, (size_t)out->n_buffers + 1, sizeof(bool));
 	if (donor_used == NULL || seen == NULL)
@@ -492,8 +509,10 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 		if (pr != NULL && pr->n == 1 && !seen[id]) {
 			seen[id] = true;
 			out->alias_bytes = layout_add(out->alias_bytes, buf->bytes);
-			if (buf->kind == BUF_ARGUMENT) /* passed through in place */
+			if (buf->kind == BUF_ARGUMENT) { /* passed through in place */
+				out->output_bytes = layout_add(out->output_bytes, buf->bytes);
 				continue;
+			}
 			buf->kind = BUF_OUTPUT;
 			buf->aliased = true; /* its bytes are the parameter's */
 			buf->last = n - 1;
@@ -526,10 +545,43 @@ struct comp_result {
 	int64_t *live;
 	int peak_at;
 	int64_t peak, peak_scratch;
+	int64_t heap; /* the reservation: temporaries, constants, scratch and callees by liveness */
 	const struct hlo_computation **callee_at; /* [n]: whose peak a position includes */
 	int first_buffer;                         /* buffers of this computation from here on */
 	int *order;
 };
+
+/*
+ * The heap of computation c: its temporaries and constants, and at each position the scratch
+ * of its collectives and the heap of the callee running there, placed by heap_place; offsets
+ * are written into the buffers. The size, or -1 when out of memory.
+ */
+static int64_t place(struct builder *b, const struct hlo_computation *c, const int64_t *scratch,
+                     int n)
+{
+	struct memplan *out = b->p;
+	int count = n;
+	for (int j = 0; j < out->n_buffers; j++)
+		count += out->buffers[j].comp == c;
+	struct heap_block *blocks = arena_calloc(b->a, (size_t)count + 1, sizeof(*blocks));
+	if (blocks == NULL)
+		return -1;
+	int k = 0;
+	for (int j = 0; j < out->n_buffers; j++) {
+		const struct plan_buffer *buf = &out->buffers[j];
+		if (buf->comp == c && (buf->kind == BUF_TEMP || buf->kind == BUF_CONSTANT) &&
+		    buf->bytes > 0)
+			blocks[k++] = (struct heap_block){buf->bytes, buf->first, buf->last, j, 0};
+	}
+	for (int i = 0; i < n; i++)
+		if (scratch[i] > 0)
+			blocks[k++] = (struct heap_block){scratch[i], i, i, -1, 0};
+	int64_t size = heap_place(blocks, k, b->a);
+	for (int q = 0; q < k; q++)
+		if (blocks[q].id >= 0)
+			out->buffers[blocks[q].id].offset = blocks[q].offset;
+	return size;
+}
 
 /*
  * Plans one computation: its buffers (added to b->p), their liveness over its schedule, and
@@ -682,7 +734,8 @@ static int plan_computation(struct builder *b, const struct hlo_computation *c, 
 			if (r->ids[0] < 0)
 				return oom(b);
 			out->n_rewritten++;
-		} else if ((reuse = in_place_buffer(out, in, refs, uses, o->tiled)) >= 0) {
+		} else if (!held[i] &&
+		           (reuse = in_place_buffer(out, in, refs, uses, o->tiled)) >= 0) {
 			/* An elementwise result in the bytes of an operand that dies here. */
 			r->ids = arena_calloc(a, 2, sizeof(int));
 			if (r->ids == NULL)
@@ -751,6 +804,24 @@ static int plan_computation(struct builder *b, const struct hlo_computation *c, 
 	}
 	if (entry && (rv = assign_outputs(b, c, refs, n)) != ST_OK)
 		return rv;
+	if (entry) {
+		/* Device buffers for the whole program: arguments, and outputs made up front. */
+		for (int j = res->first_buffer; j < out->n_buffers; j++)
+			if (out->buffers[j].comp == c && (out->buffers[j].kind == BUF_ARGUMENT ||
+			                                  out->buffers[j].kind == BUF_OUTPUT)) {
+				out->buffers[j].first = 0;
+				out->buffers[j].last = n - 1;
+			}
+		out->order = order;
+		out->fused_into = fused_into;
+		out->value_buffer = arena_calloc(a, (size_t)n + 1, sizeof(int));
+		if (out->value_buffer == NULL)
+			return oom(b);
+		for (int i = 0; i < n; i++)
+			out->value_buffer[i] = refs[i].n == 1 ? refs[i].ids[0] : -1;
+	}
+	if ((res->heap = place(b, c, scratch, n)) < 0)
+		return oom(b);
 	/* Live bytes at each position: +bytes at first, -bytes after last. */
 	int64_t *delta = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
 	res->live = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
@@ -826,7 +897,7 @@ static int plan_callee(struct builder *b, const struct hlo_computation *c, int d
 	int rv = plan_computation(b, c, false, depth, &res);
 	if (rv != ST_OK)
 		return rv;
-	cp->extra = res.peak > 0 ? res.peak : 0;
+	cp->extra = res.heap;
 	rv = collect_peak(b, c, &res, &cp->peak_live, &cp->n_peak_live);
 	cp->state = 2;
 	return rv;
@@ -845,6 +916,8 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	struct memplan_options opts = *o;
 	if (opts.chunk_bytes <= 0)
 		opts.chunk_bytes = DEFAULT_CHUNK_BYTES;
+	if (opts.alignment <= 0)
+		opts.alignment = HBM_ALIGNMENT;
 	struct builder b = {.p = out, .a = a, .o = &opts, .m = m, .st = st};
 	b.callees = arena_calloc(a, (size_t)m->n_computations + 1, sizeof(*b.callees));
 	if (b.callees == NULL)
@@ -857,7 +930,6 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 		return rv;
 	out->n_instructions = res.n;
 	out->live = res.live;
-	out->peak_bytes = res.peak;
 	out->peak_at = res.peak_at;
 	out->peak_scratch = res.peak_scratch;
 	out->peak_name = c->instructions[res.order[res.peak_at]]->name;
@@ -872,6 +944,10 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 		                                           : &out->temp_bytes;
 		*sum = layout_add(*sum, buf->bytes);
 	}
+	/* The temporaries are the heap; the constants were counted among them. */
+	out->temp_bytes = res.heap;
+	out->peak_bytes = layout_add(
+	    layout_add(out->argument_bytes, out->output_bytes - out->alias_bytes), out->temp_bytes);
 	if ((rv = collect_peak(&b, c, &res, &out->peak_live, &out->n_peak_live)) != ST_OK)
 		return rv;
 	for (int k = 0; k < out->n_peak_live; k++) {

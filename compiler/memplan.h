@@ -24,7 +24,8 @@ struct plan_buffer {
 	const struct hlo_computation *comp; /* where it lives (first/last are positions there) */
 	const char *op; /* what made it, when not def's opcode (a strategy's temporary) */
 	enum buffer_kind kind;
-	int64_t bytes; /* in HBM (padded when tiled) */
+	int64_t bytes;  /* in HBM (padded when tiled, aligned) */
+	int64_t offset; /* temporaries and constants of the entry: where in the reservation */
 	int64_t unpadded_bytes;
 	int first, last;           /* live over [first, last] in program order */
 	int64_t other_space_bytes; /* in a memory space other than HBM (bytes is then 0) */
@@ -58,6 +59,13 @@ struct memplan_options {
 	int64_t combine_threshold_bytes;
 	bool no_fusion;      /* keep every elementwise intermediate in HBM (--fusion none) */
 	bool recorded_order; /* no memory-aware scheduling (--scheduler recorded) */
+	/* Every buffer rounded up to this many bytes (0: the pod's heap, HBM_ALIGNMENT). */
+	int64_t alignment;
+	/*
+	 * The entry's root is a tuple naming a step graph's outputs, each a device buffer of its
+	 * own: no index table and no copies (the graph's outputs are distinct and not parameters).
+	 */
+	bool graph_outputs;
 };
 
 struct memplan {
@@ -65,14 +73,20 @@ struct memplan {
 	int64_t capacity; /* usable HBM per core */
 	int n_buffers;
 	struct plan_buffer *buffers;
+	/*
+	 * As XLA's CompiledMemoryStats: temp_bytes is the reservation that holds every temporary,
+	 * constant and collective scratch by liveness (constant_bytes of it are constants), and
+	 * peak_bytes = argument + output - alias + temp, what a core's heap holds while the
+	 * program runs (arguments and outputs are device buffers for all of it).
+	 */
 	int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes, constant_bytes;
 	int64_t other_space_bytes; /* buffers outside HBM (memory space S(n), n > 0) */
 	int n_warnings;
 	const struct hlo_warning *warnings; /* what changes memory and is not modelled */
-	int64_t peak_bytes;                 /* live bytes at the peak, scratch included */
-	int64_t padding_bytes;              /* of the buffers live at the peak */
-	int peak_at;                        /* position of the peak in the schedule */
-	const char *peak_name;              /* and its name */
+	int64_t peak_bytes;
+	int64_t padding_bytes; /* of the buffers live at the peak */
+	int peak_at;           /* position of the peak in the schedule */
+	const char *peak_name; /* and its name */
 	int n_instructions;
 	int64_t *live; /* [n_instructions]: live bytes (scratch included) at each instruction */
 	int n_peak_live;
@@ -88,6 +102,10 @@ struct memplan {
 	int n_delayed;   /* computations the memory-aware scheduler moved later */
 	int64_t combine_threshold_bytes;
 	bool fits;
+	/* The entry's schedule and what each instruction became, for the pod. */
+	int *order;        /* order[k]: the instruction run k-th */
+	int *fused_into;   /* [instruction]: the fusion root that computes it, or -1 */
+	int *value_buffer; /* [instruction]: the buffer holding its (array) value, or -1 */
 };
 
 /*

@@ -4,62 +4,16 @@
 #include <string.h>
 
 #include "graph.h"
+#include "heap.h"
 #include "layout.h"
 #include "topology.h"
 
-struct temp {
-	int node;
-	int64_t size;
-	int first; /* schedule position where the value is defined */
-	int last;  /* last position that reads it */
-	int64_t offset;
-};
-
-static int temp_by_size(const void *pa, const void *pb)
-{
-	const struct temp *a = pa, *b = pb;
-	if (a->size != b->size)
-		return a->size > b->size ? -1 : 1;
-	return a->first - b->first;
-}
-
-/* Bytes rounded up to the heap's alignment, saturating (sizes come from the client). */
 static int64_t aligned(int64_t bytes)
 {
 	if (bytes == 0)
 		return HBM_ALIGNMENT;
 	bytes = layout_add(bytes, HBM_ALIGNMENT - 1);
 	return bytes / HBM_ALIGNMENT * HBM_ALIGNMENT;
-}
-
-/*
- * Places temporaries largest first at the lowest offset where no temporary that is live at the
- * same time sits (XLA's heap simulator does the same greedy by decreasing size).
- */
-static int64_t place_temps(struct temp *t, int n)
-{
-	qsort(t, (size_t)n, sizeof(*t), temp_by_size);
-	int64_t high = 0;
-	for (int i = 0; i < n; i++) {
-		int64_t offset = 0;
-		/* Re-scan until the candidate overlaps nothing that is placed and live with it. */
-		for (int moved = 1; moved;) {
-			moved = 0;
-			for (int j = 0; j < i; j++) {
-				if (t[j].last < t[i].first || t[i].last < t[j].first)
-					continue;
-				if (offset < layout_add(t[j].offset, t[j].size) &&
-				    t[j].offset < layout_add(offset, t[i].size)) {
-					offset = layout_add(t[j].offset, t[j].size);
-					moved = 1;
-				}
-			}
-		}
-		t[i].offset = offset;
-		if (layout_add(offset, t[i].size) > high)
-			high = layout_add(offset, t[i].size);
-	}
-	return high;
 }
 
 /*
@@ -97,7 +51,7 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 	int *uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	int *temp_of = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* index into temps */
 	int *owner = arena_calloc(a, (size_t)n + 1, sizeof(int));   /* node whose bytes it uses */
-	struct temp *temps = arena_calloc(a, 2 * (size_t)n + 1, sizeof(*temps));
+	struct heap_block *temps = arena_calloc(a, 2 * (size_t)n + 1, sizeof(*temps));
 	out->buffers = arena_calloc(a, (size_t)n + 1, sizeof(*out->buffers));
 	if (!root || !last || !output_of || !uses || !temp_of || !owner || !temps || !out->buffers)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -162,7 +116,7 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			            ? -1
 			            : in_place_operand(g, i, op, uses, out->buffers, shapes);
 			if (p >= 0) { /* the operand's bytes become the result */
-				struct temp *t = &temps[temp_of[p]];
+				struct heap_block *t = &temps[temp_of[p]];
 				t->last = last[i] > t->last ? last[i] : t->last;
 				temp_of[i] = temp_of[p];
 				owner[i] = owner[p];
@@ -170,18 +124,19 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			}
 			temp_of[i] = num_temps;
 			owner[i] = i;
-			temps[num_temps++] = (struct temp){
-			    .node = i, .size = aligned(b->bytes), .first = i, .last = last[i]};
+			temps[num_temps++] = (struct heap_block){
+			    .id = i, .size = aligned(b->bytes), .first = i, .last = last[i]};
 		}
 	}
 	for (int i = 0; scratch != NULL && i < n; i++)
 		if (scratch[i] > 0)
-			temps[num_temps++] = (struct temp){
-			    .node = -1 - i, .size = aligned(scratch[i]), .first = i, .last = i};
-	out->temp_bytes = place_temps(temps, num_temps);
+			temps[num_temps++] = (struct heap_block){
+			    .id = -1 - i, .size = aligned(scratch[i]), .first = i, .last = i};
+	if ((out->temp_bytes = heap_place(temps, num_temps, a)) < 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int t = 0; t < num_temps; t++)
-		if (temps[t].node >= 0)
-			out->buffers[temps[t].node]->offset = temps[t].offset;
+		if (temps[t].id >= 0)
+			out->buffers[temps[t].id]->offset = temps[t].offset;
 	for (int i = 0; i < n; i++)
 		if (out->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_TEMP && owner[i] != i)
 			out->buffers[i]->offset = out->buffers[owner[i]]->offset;
