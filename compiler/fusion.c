@@ -46,35 +46,6 @@ int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena 
 	return fused;
 }
 
-int fusion_plan(const Podemu__Graph *g, const struct shape *shapes, int *fused_into,
-                struct arena *a)
-{
-	int n = (int)g->n_nodes;
-	size_t total = 0;
-	for (int i = 0; i < n; i++)
-		total += g->nodes[i]->n_operands;
-	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
-	int64_t *elements = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
-	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
-	int *operands = arena_calloc(a, total + 1, sizeof(int));
-	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
-	if (!ops || !elements || !first || !operands || !held)
-		return -1;
-	int at = 0;
-	for (int i = 0; i < n; i++) {
-		ops[i] = opcode_parse(g->nodes[i]->opcode);
-		elements[i] = shapes[i].tuple ? -1 : shape_elements(&shapes[i]);
-		first[i] = at;
-		for (size_t k = 0; k < g->nodes[i]->n_operands; k++)
-			operands[at++] = g->nodes[i]->operands[k];
-	}
-	first[n] = at;
-	for (size_t k = 0; k < g->n_outputs; k++)
-		held[g->outputs[k]] = true; /* the client needs its own buffer */
-	struct fusion_program p = {n, ops, elements, first, operands, held};
-	return fusion_decide(&p, fused_into, a);
-}
-
 int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum opcode *ops,
                  const int32_t *fused_into, size_t n_fused_into, struct status *st)
 {

@@ -42,14 +42,6 @@ struct fusion_program {
 int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena *a);
 
 /*
- * Decides the fusions of g (already checked and scheduled; shapes[i] is node i's shape):
- * fused_into[i] is the node that computes node i inside its own kernel (the fusion's root,
- * always a later node), or -1. Returns the number of fused nodes, or -1 when out of memory.
- */
-int fusion_plan(const Podemu__Graph *g, const struct shape *shapes, int *fused_into,
-                struct arena *a);
-
-/*
  * Checks fused_into as an agent receives it: every fused node is elementwise and fused into a
  * later elementwise root with as many elements, and no fusion has more than FUSION_MAX_NODES.
  */

@@ -85,5 +85,7 @@ int64_t layout_bytes(const struct hlo_shape *s, bool tiled)
 	else
 		elements = hlo_shape_elements(s);
 	int64_t total_bits = mul_cap(elements, bits);
+	if (total_bits == LAYOUT_BYTES_CAP || elements == LAYOUT_BYTES_CAP)
+		return LAYOUT_BYTES_CAP; /* saturated */
 	return total_bits / 8 + (total_bits % 8 != 0);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "collective.h"
+#include "combine.h"
 #include "fusion.h"
 #include "heap.h"
 #include "layout.h"
@@ -159,65 +160,6 @@ static int64_t value_bytes(const struct hlo_shape *s)
 	return layout_bytes(s, false);
 }
 
-static bool same_text(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-/*
- * The combiners: each collective merged into an earlier one of its kind gets that one's place
- * in at[] (else its own index). Returns how many were merged.
- */
-static int combine(const struct hlo_computation *c, int64_t threshold, int *at)
-{
-	static const char *const kinds[] = {"all-gather", "reduce-scatter", "all-reduce"};
-	struct {
-		int first;
-		int64_t bytes;
-	} open[3] = {{-1, 0}, {-1, 0}, {-1, 0}};
-	int merged = 0;
-	for (int i = 0; i < c->n_instructions; i++) {
-		const struct hlo_instruction *in = c->instructions[i];
-		at[i] = i;
-		if (strcmp(in->opcode, "opt-barrier") == 0 ||
-		    strcmp(in->opcode, "optimization-barrier") == 0) {
-			for (int k = 0; k < 3; k++)
-				open[k].first = -1; /* nothing is combined across a barrier */
-			continue;
-		}
-		int kind = -1;
-		for (int k = 0; k < 3; k++)
-			if (strcmp(in->opcode, kinds[k]) == 0)
-				kind = k;
-		if (kind < 0 || threshold <= 0 || in->shape.type == HT_TUPLE)
-			continue;
-		int64_t bytes = value_bytes(&in->shape);
-		int first = open[kind].first;
-		bool fits = first >= 0 && open[kind].bytes + bytes <= threshold;
-		if (fits) {
-			const struct hlo_instruction *f = c->instructions[first];
-			fits = same_text(f->replica_groups, in->replica_groups) &&
-			       same_text(f->to_apply_name, in->to_apply_name) &&
-			       f->n_dimensions == in->n_dimensions &&
-			       (in->n_dimensions == 0 ||
-			        memcmp(f->dimensions, in->dimensions,
-			               (size_t)in->n_dimensions * sizeof(int64_t)) == 0);
-			/* Independent: everything it reads exists where the first one runs. */
-			for (int j = 0; fits && j < in->n_operands; j++)
-				fits = in->operands[j]->index < first;
-		}
-		if (fits) {
-			at[i] = first;
-			open[kind].bytes += bytes;
-			merged++;
-		} else {
-			open[kind].first = i;
-			open[kind].bytes = bytes;
-		}
-	}
-	return merged;
-}
-
 /* What one core sends in a collective, nccl-tests' way of counting. */
 static int64_t sent_by(const struct hlo_instruction *in, int n)
 {
@@ -251,8 +193,8 @@ static int by_size(const void *x, const void *y, void *arg)
  * order[k] is the instruction run k-th. Collectives, parameters and tuple plumbing keep their
  * places; an unknown op is a computation that may be delayed.
  */
-static int memory_aware_order(const struct hlo_computation *c, const int *merged_into, bool on,
-                              bool tiled, int *order, int *n_delayed, struct arena *a,
+static int memory_aware_order(const struct hlo_computation *c, const struct combining *groups,
+                              bool on, bool tiled, int *order, int *n_delayed, struct arena *a,
                               struct status *st)
 {
 	static const char *const pinned[] = {"all-gather",
@@ -303,10 +245,13 @@ static int memory_aware_order(const struct hlo_computation *c, const int *merged
 		if (is(in, "bitcast") && in->n_operands == 1)
 			alias_of[i] = in->operands[0]->index;
 		if (is(in, "get-tuple-element") && in->n_operands == 1 && in->has_index &&
-		    is(in->operands[0], "tuple") && in->tuple_index < in->operands[0]->n_operands)
+		    (is(in->operands[0], "tuple") || is(in->operands[0], "opt-barrier") ||
+		     is(in->operands[0], "optimization-barrier")) &&
+		    in->tuple_index < in->operands[0]->n_operands)
 			alias_of[i] = in->operands[0]->operands[in->tuple_index]->index;
+		/* The result's tuple only holds the outputs: it is no consumer to move next to. */
 		first[i] = at;
-		for (int k = 0; k < in->n_operands; k++)
+		for (int k = 0; in != c->root && k < in->n_operands; k++)
 			operands[at++] = in->operands[k]->index;
 		first[i + 1] = at;
 	}
@@ -314,48 +259,37 @@ static int memory_aware_order(const struct hlo_computation *c, const int *merged
 	if (is(c->root, "tuple"))
 		for (int k = 0; k < c->root->n_operands; k++)
 			held[c->root->operands[k]->index] = true;
-	/* Combined collectives (merged_into[j] = the first of the group) stay with their group. */
-	int *leader = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *next = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *tail = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	if (!leader || !next || !tail)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int i = 0; i < n; i++) {
-		leader[i] = merged_into[i] != i ? merged_into[i] : -1;
-		next[i] = -1;
-		tail[i] = i;
-	}
-	for (int j = 0; j < n; j++)
-		if (leader[j] >= 0) {
-			next[tail[leader[j]]] = j;
-			tail[leader[j]] = j;
-		}
+	/* Combined collectives stay with their group. */
 	struct sched_program p = {n, ops, bytes, first, operands, alias_of, held};
-	return schedule_delays(&p, leader, next, NULL, on, order, n_delayed, a, st);
+	return schedule_delays(&p, groups->leader, groups->next, groups->hoist, on, order,
+	                       n_delayed, a, st);
 }
 
 /*
- * In-place reuse (the coordinator's rule): an elementwise instruction takes the temporary of an
- * operand that it alone reads, when the bytes match. The buffer index, or -1.
+ * In-place reuse, as XLA's buffer assignment does it: an elementwise instruction takes the
+ * temporary holding an operand that it alone reads (made by that operand, or taken in place by
+ * it in turn), when the sizes match. The buffer index, or -1.
  */
 static int in_place_buffer(const struct memplan *p, const struct hlo_instruction *in,
-                           const struct refs *refs, const int *uses, bool tiled)
+                           const struct refs *refs, const int *uses, const int *taken,
+                           const struct memplan_options *o)
 {
 	if (in->shape.type == HT_TUPLE || !opcode_is_elementwise(opcode_parse(in->opcode)))
 		return -1;
 	for (int k = 0; k < in->n_operands; k++) {
-		const struct hlo_instruction *o = in->operands[k];
-		const struct refs *from = &refs[o->index];
+		const struct hlo_instruction *op = in->operands[k];
+		const struct refs *from = &refs[op->index];
 		int times = 0;
 		for (int j = 0; j < in->n_operands; j++)
-			times += in->operands[j] == o;
-		if (from->n != 1 || uses[o->index] != times)
+			times += in->operands[j] == op;
+		if (from->n != 1 || uses[op->index] != times)
 			continue;
-		const struct plan_buffer *buf = &p->buffers[from->ids[0]];
-		if (buf->kind == BUF_TEMP && buf->def == o &&
-		    buf->bytes == layout_bytes(&in->shape, tiled) &&
+		int id = from->ids[0];
+		const struct plan_buffer *buf = &p->buffers[id];
+		if (buf->kind == BUF_TEMP && (buf->def == op || taken[op->index] == id) &&
+		    buf->bytes == aligned(layout_bytes(&in->shape, o->tiled), o->alignment) &&
 		    buf->unpadded_bytes == layout_bytes(&in->shape, false))
-			return from->ids[0];
+			return id;
 	}
 	return -1;
 }
@@ -609,19 +543,25 @@ static int plan_computation(struct builder *b, const struct hlo_computation *c, 
 	int *fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	struct refs *refs = arena_calloc(a, (size_t)n + 1, sizeof(*refs));
 	int *split = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* async start: result's ref */
+	int *taken = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* the buffer taken in place */
 	int64_t *scratch = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
 	int64_t *coll_scratch = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
 	res->callee_at = arena_calloc(a, (size_t)n + 1, sizeof(*res->callee_at));
 	if (!at || !order || !position || !held || !uses || !fused_into || !refs || !split ||
-	    !scratch || !coll_scratch || !res->callee_at)
+	    !taken || !scratch || !coll_scratch || !res->callee_at)
 		return oom(b);
-	int n_combined = combine(c, entry ? o->combine_threshold_bytes : 0, at);
-	rv = memory_aware_order(c, at, entry && !o->recorded_order && !b->m->is_scheduled, o->tiled,
-	                        order, entry ? &out->n_delayed : &(int){0}, a, b->st);
+	struct combining groups;
+	rv = combine_collectives(&groups, c, entry ? o->combine_threshold_bytes : 0, a, b->st);
+	if (rv != ST_OK)
+		return rv;
+	rv = memory_aware_order(c, &groups, entry && !o->recorded_order && !b->m->is_scheduled,
+	                        o->tiled, order, entry ? &out->n_delayed : &(int){0}, a, b->st);
 	if (rv != ST_OK)
 		return rv;
 	if (entry)
-		out->n_combined = n_combined;
+		out->n_combined = groups.n_combined;
+	for (int i = 0; i < n; i++)
+		at[i] = groups.leader[i] >= 0 ? groups.leader[i] : i, taken[i] = -1;
 	res->order = order;
 	/* Positions in the schedule; a merged collective runs where its group's first one does. */
 	for (int k = 0; k < n; k++)
@@ -735,7 +675,8 @@ static int plan_computation(struct builder *b, const struct hlo_computation *c, 
 				return oom(b);
 			out->n_rewritten++;
 		} else if (!held[i] &&
-		           (reuse = in_place_buffer(out, in, refs, uses, o->tiled)) >= 0) {
+		           (reuse = in_place_buffer(out, in, refs, uses, taken, o)) >= 0) {
+			taken[i] = reuse;
 			/* An elementwise result in the bytes of an operand that dies here. */
 			r->ids = arena_calloc(a, 2, sizeof(int));
 			if (r->ids == NULL)

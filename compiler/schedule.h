@@ -1,18 +1,10 @@
 /*
- * Scheduling passes over a step graph before it is planned: the order in which a core runs the
- * nodes decides which values are live together, so it decides the peak.
- *
- * Collective combining (XLA's AllGatherCombiner / ReduceScatterCombiner / AllReduceCombiner):
- * a later all-gather, reduce-scatter or all-reduce with the same attributes as an earlier one,
- * whose operands all exist at the earlier one's place, joins it: it runs right after it and its
- * output is live from there, while the outputs of the group stay within a byte threshold.
- *
- * Memory-aware scheduling: a computation whose result is consumed later runs just before its
- * first consumer instead, when that shortens its result's life and lengthens no other (every
- * operand is live there anyway), so the peak can only fall.
- *
- * Optimization barriers are hard constraints: nothing moves across one, so combining stops at
- * a barrier and no computation is delayed past it. A step boundary (mark_step) ends the graph.
+ * Scheduling: the order in which a core runs a computation decides which values are live
+ * together, so it decides the peak. The memory-aware pass: a computation whose result is
+ * consumed later runs just before its first consumer instead, when that shortens its result's
+ * life and lengthens no other (every operand is live there anyway), kept only when the peak
+ * falls. Combined collectives (compiler/combine.c) run together. Optimization barriers are
+ * hard constraints: nothing moves across one. And a step graph put into that order.
  */
 #ifndef PODEMU_SCHEDULE_H
 #define PODEMU_SCHEDULE_H
@@ -34,19 +26,11 @@ struct schedule_options {
 	bool memory_aware;
 };
 
+/* An order: order[k] = index in the original graph of the node run k-th. */
 struct schedule {
 	int n;
-	int *order;     /* order[k] = index in the original graph of the node run k-th */
-	int n_combined; /* collectives that joined an earlier one */
-	int n_delayed;  /* computations moved to their first consumer */
+	int *order;
 };
-
-/*
- * Orders g (already checked; shapes[i] is node i's shape). The order respects every data
- * dependency and every opt-barrier; with no options it is the recorded order.
- */
-int schedule_step(struct schedule *out, const Podemu__Graph *g, const struct shape *shapes,
-                  const struct schedule_options *o, struct arena *a, struct status *st);
 
 /* Any program, as the delaying pass sees it: n nodes in program order. */
 struct sched_program {
@@ -68,9 +52,6 @@ struct sched_program {
 int schedule_delays(const struct sched_program *p, const int *leader, const int *next,
                     const int *hoist, bool memory_aware, int *order, int *n_delayed,
                     struct arena *a, struct status *st);
-
-/* True when the schedule is the recorded order. */
-bool schedule_is_identity(const struct schedule *s);
 
 /*
  * g with its nodes in s's order: node k is g's node s->order[k], operands, tuple sources and

@@ -17,15 +17,6 @@
 
 #define PROGRAM_CACHE_ENTRIES 16
 
-/* What compiling a graph produced, apart from buffer handles. */
-struct compiled {
-	int n;
-	int *order;      /* scheduled order (NULL: as recorded) */
-	int *fused_into; /* NULL: no fusion */
-	struct plan plan;
-	int n_combined, n_delayed, n_fused;
-};
-
 struct cache_entry {
 	struct arena *arena; /* owns key and compiled; NULL: empty slot */
 	uint64_t hash;

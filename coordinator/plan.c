@@ -3,74 +3,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "from_graph.h"
 #include "graph.h"
-#include "heap.h"
-#include "layout.h"
-#include "topology.h"
+#include "memplan.h"
 
-static int64_t aligned(int64_t bytes)
+/* Refuses outputs that are parameters or the same value twice (a GTE names its source). */
+static int check_outputs(const Podemu__Graph *g, int *root, int *output_of, struct status *st)
 {
-	if (bytes == 0)
-		return HBM_ALIGNMENT;
-	bytes = layout_add(bytes, HBM_ALIGNMENT - 1);
-	return bytes / HBM_ALIGNMENT * HBM_ALIGNMENT;
-}
-
-/*
- * In-place reuse, as XLA's buffer assignment does it: the operand of an elementwise node i whose
- * temporary i alone reads, with as many bytes, lends i its buffer. Returns it, or -1.
- */
-static int in_place_operand(const Podemu__Graph *g, int i, enum opcode op, const int *uses,
-                            Podemu__BufferAssignment *const *buffers, const struct shape *shapes)
-{
-	const Podemu__Node *node = g->nodes[i];
-	if (!opcode_is_elementwise(op))
-		return -1;
-	for (size_t k = 0; k < node->n_operands; k++) {
-		int p = node->operands[k], refs = 0;
-		if (buffers[p]->kind != PODEMU__BUFFER_KIND__BUFFER_TEMP ||
-		    shape_bytes(&shapes[p]) != shape_bytes(&shapes[i]))
-			continue;
-		for (size_t j = 0; j < node->n_operands; j++)
-			refs += node->operands[j] == p;
-		if (uses[p] == refs)
-			return p;
-	}
-	return -1;
-}
-
-int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const struct shape *shapes,
-              const uint64_t *output_handles, const int64_t *scratch, const int *fused_into,
-              struct status *st)
-{
-	int n = (int)g->n_nodes;
-	memset(out, 0, sizeof(*out));
-	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *last = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *output_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *uses = arena_calloc(a, (size_t)n + 1, sizeof(int));
-	int *temp_of = arena_calloc(a, (size_t)n + 1, sizeof(int)); /* index into temps */
-	int *owner = arena_calloc(a, (size_t)n + 1, sizeof(int));   /* node whose bytes it uses */
-	struct heap_block *temps = arena_calloc(a, 2 * (size_t)n + 1, sizeof(*temps));
-	out->buffers = arena_calloc(a, (size_t)n + 1, sizeof(*out->buffers));
-	if (!root || !last || !output_of || !uses || !temp_of || !owner || !temps || !out->buffers)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int i = 0; i < n; i++) {
+	for (size_t i = 0; i < g->n_nodes; i++) {
 		const Podemu__Node *node = g->nodes[i];
-		enum opcode op = opcode_parse(node->opcode);
-		root[i] = i;
-		if (op == OP_GET_TUPLE_ELEMENT)
+		root[i] = (int)i;
+		if (opcode_parse(node->opcode) == OP_GET_TUPLE_ELEMENT)
 			root[i] = root[g->nodes[node->operands[0]]->operands[node->tuple_index]];
-		last[i] = i;
 		output_of[i] = -1;
-		/* A fused node reads its operands when its fusion's root runs. */
-		int at = fused_into && fused_into[i] >= 0 ? fused_into[i] : i;
-		for (size_t k = 0; k < node->n_operands; k++) {
-			int r = root[node->operands[k]];
-			if (at > last[r])
-				last[r] = at;
-			uses[node->operands[k]]++;
-		}
 	}
 	for (size_t k = 0; k < g->n_outputs; k++) {
 		int r = root[g->outputs[k]];
@@ -85,61 +30,100 @@ int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const s
 			                  output_of[r], k, r);
 		output_of[r] = (int)k;
 	}
-	int num_temps = 0;
+	return ST_OK;
+}
+
+/* Node i's assignment from the compiler's buffers; position maps nodes to scheduled places. */
+static int assignment(Podemu__BufferAssignment *b, const Podemu__Graph *g, int i,
+                      const struct memplan *mp, const int *position, const int *output_of,
+                      const uint64_t *output_handles, const struct shape *shapes, struct status *st)
+{
+	podemu__buffer_assignment__init(b);
+	enum opcode op = opcode_parse(g->nodes[i]->opcode);
+	b->bytes = shape_bytes(&shapes[i]);
+	int vb = mp->value_buffer[i];
+	const struct plan_buffer *buf = vb >= 0 ? &mp->buffers[vb] : NULL;
+	if (op == OP_PARAMETER) {
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_PARAMETER;
+		b->handle = g->nodes[i]->handle;
+	} else if (op == OP_OPT_BARRIER) {
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_NONE;
+	} else if (mp->fused_into[i] >= 0) {
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_FUSED; /* computed inside its root */
+	} else if (buf == NULL) {
+		return status_set(st, ST_INTERNAL, "node %d (%s) has no buffer", i,
+		                  g->nodes[i]->opcode);
+	} else if (op == OP_GET_TUPLE_ELEMENT) {
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
+		b->alias_of = position[buf->def->index];
+	} else if (buf->kind == BUF_OUTPUT) {
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_OUTPUT;
+		b->handle = output_handles[output_of[i]];
+	} else {
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_TEMP;
+		b->offset = buf->offset;
+	}
+	return ST_OK;
+}
+
+int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
+               const struct shape *shapes, const uint64_t *output_handles,
+               const struct plan_options *o, struct status *st)
+{
+	int n = (int)g->n_nodes, rv;
+	memset(out, 0, sizeof(*out));
+	out->n = n;
+	int *root = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *output_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *order = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	int *position = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	out->fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	out->plan.buffers = arena_calloc(a, (size_t)n + 1, sizeof(*out->plan.buffers));
+	if (!root || !output_of || !order || !position || !out->fused_into || !out->plan.buffers)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if ((rv = check_outputs(g, root, output_of, st)) != ST_OK)
+		return rv;
+	struct hlo_module m;
+	if ((rv = graph_to_module(&m, g, shapes, topology_world_size(o->topology), a, st)) != ST_OK)
+		return rv;
+	struct memplan_options mo = {.chunk_bytes = o->chunk_bytes,
+	                             .combine_threshold_bytes = o->combine_threshold_bytes,
+	                             .no_fusion = !o->fusion,
+	                             .recorded_order = !o->memory_aware,
+	                             .alignment = HBM_ALIGNMENT,
+	                             .graph_outputs = true};
+	struct memplan mp;
+	if ((rv = memplan_build(&mp, &m, o->topology, &mo, a, st)) != ST_OK)
+		return rv;
+	/* The schedule without the root (the tuple of outputs, instruction n). */
+	bool identity = true;
+	for (int k = 0, j = 0; k <= n; k++)
+		if (mp.order[k] != n) {
+			order[j] = mp.order[k];
+			identity &= order[j] == j;
+			position[order[j]] = j;
+			j++;
+		}
+	out->order = identity ? NULL : order;
 	for (int i = 0; i < n; i++) {
-		const Podemu__Node *node = g->nodes[i];
-		enum opcode op = opcode_parse(node->opcode);
+		int r = mp.fused_into[i];
+		out->fused_into[position[i]] = r >= 0 ? position[r] : -1;
 		Podemu__BufferAssignment *b = arena_alloc(a, sizeof(*b));
 		if (b == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		podemu__buffer_assignment__init(b);
-		out->buffers[i] = b;
-		b->bytes = shape_bytes(&shapes[i]);
-		if (op == OP_PARAMETER) {
-			b->kind = PODEMU__BUFFER_KIND__BUFFER_PARAMETER;
-			b->handle = node->handle;
-			out->argument_bytes = layout_add(out->argument_bytes, aligned(b->bytes));
-		} else if (op == OP_OPT_BARRIER) {
-			b->kind = PODEMU__BUFFER_KIND__BUFFER_NONE;
-		} else if (fused_into && fused_into[i] >= 0) {
-			b->kind = PODEMU__BUFFER_KIND__BUFFER_FUSED; /* computed inside its root */
-		} else if (op == OP_GET_TUPLE_ELEMENT) {
-			b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
-			b->alias_of = root[i];
-		} else if (output_of[i] >= 0) {
-			b->kind = PODEMU__BUFFER_KIND__BUFFER_OUTPUT;
-			b->handle = output_handles[output_of[i]];
-			out->output_bytes = layout_add(out->output_bytes, aligned(b->bytes));
-		} else {
-			b->kind = PODEMU__BUFFER_KIND__BUFFER_TEMP;
-			int p = fused_into && fused_into[i] >= 0
-			            ? -1
-			            : in_place_operand(g, i, op, uses, out->buffers, shapes);
-			if (p >= 0) { /* the operand's bytes become the result */
-				struct heap_block *t = &temps[temp_of[p]];
-				t->last = last[i] > t->last ? last[i] : t->last;
-				temp_of[i] = temp_of[p];
-				owner[i] = owner[p];
-				continue;
-			}
-			temp_of[i] = num_temps;
-			owner[i] = i;
-			temps[num_temps++] = (struct heap_block){
-			    .id = i, .size = aligned(b->bytes), .first = i, .last = last[i]};
-		}
+		rv = assignment(b, g, i, &mp, position, output_of, output_handles, shapes, st);
+		if (rv != ST_OK)
+			return rv;
+		out->plan.buffers[position[i]] = b;
 	}
-	for (int i = 0; scratch != NULL && i < n; i++)
-		if (scratch[i] > 0)
-			temps[num_temps++] = (struct heap_block){
-			    .id = -1 - i, .size = aligned(scratch[i]), .first = i, .last = i};
-	if ((out->temp_bytes = heap_place(temps, num_temps, a)) < 0)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int t = 0; t < num_temps; t++)
-		if (temps[t].id >= 0)
-			out->buffers[temps[t].id]->offset = temps[t].offset;
-	for (int i = 0; i < n; i++)
-		if (out->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_TEMP && owner[i] != i)
-			out->buffers[i]->offset = out->buffers[owner[i]]->offset;
+	out->n_combined = mp.n_combined;
+	out->n_delayed = mp.n_delayed;
+	out->n_fused = mp.n_fused;
+	if (out->n_fused == 0)
+		out->fused_into = NULL;
+	out->plan.temp_bytes = mp.temp_bytes;
+	out->plan.output_bytes = mp.output_bytes;
+	out->plan.argument_bytes = mp.argument_bytes;
 	return ST_OK;
 }
 

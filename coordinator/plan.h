@@ -1,18 +1,18 @@
 /*
- * Buffer planning for one step: where every value lives on a core. Parameters are existing
- * device buffers, held values become new device buffers (outputs), everything else is a
- * temporary placed inside one reservation by liveness, so values whose lifetimes do not overlap
- * share bytes.
+ * Buffer planning for one step: where every value lives on a core, as the compiler's buffer
+ * assignment decides it, in the form agents run (a BufferAssignment per node).
  */
 #ifndef PODEMU_PLAN_H
 #define PODEMU_PLAN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "arena.h"
 #include "dtype.h"
 #include "podemu.pb-c.h"
 #include "status.h"
+#include "topology.h"
 
 struct plan {
 	Podemu__BufferAssignment **buffers; /* one per node, from the arena */
@@ -21,17 +21,36 @@ struct plan {
 	int64_t argument_bytes;
 };
 
+/* The compiler's options for the pod's steps. */
+struct plan_options {
+	const struct topology *topology;
+	int64_t combine_threshold_bytes; /* 0: no combining */
+	bool memory_aware;               /* else the recorded order */
+	bool fusion;                     /* elementwise fusion */
+	int64_t chunk_bytes;             /* collective scratch per reducing collective */
+};
+
+/* What compiling a graph produced, apart from buffer handles. */
+struct compiled {
+	int n;
+	int *order;       /* scheduled order (NULL: as recorded) */
+	int *fused_into;  /* by scheduled index; NULL: no fusion */
+	struct plan plan; /* by scheduled index */
+	int n_combined, n_delayed, n_fused;
+};
+
 /*
- * Plans g (already checked; shapes[i] is node i's shape). output_handles[k] is the handle the
- * k-th output will get. scratch (NULL: none) gives per node the bytes a collective needs while
- * it runs, planned as a temporary live only at that node. fused_into (NULL: no fusion) names per
- * node the fusion root that computes it: such a node gets no buffer, and what it reads is live
- * until its root runs. Returns INVALID_ARGUMENT when an output is a parameter or two outputs are
- * the same value.
+ * Compiles g (already checked; shapes[i] is node i's shape) with the compiler's one pipeline:
+ * the graph becomes an HLO module (compiler/from_graph.c) and is combined, scheduled, fused
+ * and assigned buffers by compiler/memplan.c, exactly as `podemu compile` plans HLO text.
+ * Parameters are existing device buffers, held values new device buffers with
+ * output_handles[k] for the k-th output, everything else lives in the reservation. Returns
+ * INVALID_ARGUMENT when an output is a parameter or two outputs are the same value. out's
+ * arrays are from a.
  */
-int plan_step(struct plan *out, struct arena *a, const Podemu__Graph *g, const struct shape *shapes,
-              const uint64_t *output_handles, const int64_t *scratch, const int *fused_into,
-              struct status *st);
+int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
+               const struct shape *shapes, const uint64_t *output_handles,
+               const struct plan_options *o, struct status *st);
 
 /*
  * The plan cached for a graph of the same shape, bound to this step's buffers: parameters get

@@ -605,30 +605,22 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 		if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	} else {
-		/* Combining and memory-aware scheduling, then fusion, then buffers. */
-		struct schedule sched;
-		if ((rv = schedule_step(&sched, *g, shapes, &co->schedule, a, st)) != ST_OK)
+		/* The compiler's one pipeline, then the graph in its scheduled order. */
+		struct plan_options po = {.topology = &co->reg.topo,
+		                          .combine_threshold_bytes =
+		                              co->schedule.combine_threshold_bytes,
+		                          .memory_aware = co->schedule.memory_aware,
+		                          .fusion = co->fusion,
+		                          .chunk_bytes = co->chunk_bytes};
+		if ((rv = plan_graph(out, a, *g, shapes, out_handles, &po, st)) != ST_OK)
 			return rv;
-		if (!schedule_is_identity(&sched)) {
+		if (out->order != NULL) {
+			struct schedule sched = {.n = n, .order = out->order};
 			if ((*g = schedule_apply(*g, &sched, shapes, a)) == NULL)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			out->order = sched.order;
-		}
-		out->n_combined = sched.n_combined;
-		out->n_delayed = sched.n_delayed;
-		if (co->fusion) {
-			out->fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int));
-			if (out->fused_into == NULL ||
-			    (out->n_fused = fusion_plan(*g, shapes, out->fused_into, a)) < 0)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			if (out->n_fused == 0)
-				out->fused_into = NULL;
 		}
 		if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		if ((rv = plan_step(&out->plan, a, *g, shapes, out_handles, *scratch,
-		                    out->fused_into, st)) != ST_OK)
-			return rv;
 		cache_store(&co->cache, key, key_len, hash, out);
 	}
 	rep->combined_collectives = out->n_combined;

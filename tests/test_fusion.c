@@ -11,8 +11,25 @@
 #include "graph.h"
 #include "graph_builder.h"
 #include "plan.h"
+#include "topology.h"
 
 static struct shape shapes[256];
+
+/* The pipeline on b's graph for one core, in the recorded order; fused_into as decided. */
+static struct compiled compile(struct gb *b, bool fusion)
+{
+	struct status st;
+	struct topology topo;
+	assert_int_equal(topology_custom(&topo, 1, 1, (int64_t)1 << 30, &st), ST_OK);
+	struct plan_options o = {.topology = &topo, .fusion = fusion, .chunk_bytes = 4 << 20};
+	uint64_t handles[] = {9, 10, 11, 12};
+	struct compiled c;
+	int rv = plan_graph(&c, b->a, &b->g, shapes, handles, &o, &st);
+	if (rv != ST_OK)
+		fail_msg("%s", st.message);
+	assert_null(c.order);
+	return c;
+}
 
 static void check_ops(struct gb *b, enum opcode *ops)
 {
@@ -40,24 +57,26 @@ static void test_chains_fuse_into_their_last_op(void **state)
 	int32_t outs[] = {7};
 	gb_outputs(&b, outs, 1);
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	int fused[16];
 	/* 1, 2, 3 fuse into 4; 4 has two consumers (5 and 6) and 5 feeds 6: 5 fuses into 6. */
-	assert_int_equal(fusion_plan(&b.g, shapes, fused, b.a), 4);
+	struct compiled with = compile(&b, true), without = compile(&b, false);
+	assert_int_equal(with.n_fused, 4);
 	int want[] = {-1, 4, 4, 4, -1, 6, -1, -1};
+	int fused[16];
+	memcpy(fused, with.fused_into, sizeof(want));
 	assert_memory_equal(fused, want, sizeof(want));
 	enum opcode ops[16];
 	check_ops(&b, ops);
 	assert_int_equal(fusion_check(&b.g, shapes, ops, fused, 8, &st), ST_OK);
 
-	/* The plan: fused nodes have no buffer. At the select, 4, the mask 5 and 6 were live;
-	 * fused, the mask is a tile inside the select's kernel. */
-	struct plan with, without;
-	uint64_t handles[] = {9};
-	assert_int_equal(plan_step(&without, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
-	assert_int_equal(plan_step(&with, b.a, &b.g, shapes, handles, NULL, fused, &st), ST_OK);
-	assert_int_equal(with.buffers[2]->kind, PODEMU__BUFFER_KIND__BUFFER_FUSED);
-	assert_int_equal(without.temp_bytes, 2 * 32768 + 8192);
-	assert_int_equal(with.temp_bytes, 2 * 32768);
+	/*
+	 * The plan: fused nodes have no buffer. Unfused, at the select the constant (live
+	 * throughout), 4, the mask 5 and 6 are live; fused, the constant and the mask are tiles
+	 * inside the kernels.
+	 */
+	assert_int_equal(with.plan.buffers[2]->kind, PODEMU__BUFFER_KIND__BUFFER_FUSED);
+	assert_null(without.fused_into);
+	assert_int_equal(without.plan.temp_bytes, 3 * 32768 + 8192);
+	assert_int_equal(with.plan.temp_bytes, 2 * 32768);
 
 	/* What an agent refuses: a fused value read by another node, a fusion into a non-root. */
 	fused[4] = -1, fused[3] = 6;
@@ -91,12 +110,14 @@ static void test_outputs_barriers_and_sizes_stop_fusion(void **state)
 	int32_t outs[] = {1, 5, 7, 9};
 	gb_outputs(&b, outs, 4);
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	int fused[16];
 	/* 0 into 1 only: 1 is held, 2 is fed by a held value but stops at the barrier (3 is no
 	 * elementwise root), 5 after the barrier has only a gte operand, 6 into 7, 8 feeds a
 	 * reshape. */
-	assert_int_equal(fusion_plan(&b.g, shapes, fused, b.a), 2);
+	struct compiled c = compile(&b, true);
+	assert_int_equal(c.n_fused, 2);
 	int want[] = {1, -1, -1, -1, -1, -1, 7, -1, -1, -1};
+	int fused[16];
+	memcpy(fused, c.fused_into, sizeof(want));
 	assert_memory_equal(fused, want, sizeof(want));
 	arena_free(b.a);
 }

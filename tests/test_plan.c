@@ -12,18 +12,43 @@
 #include "layout.h"
 #include "topology.h"
 #include "plan.h"
+#include "topology.h"
 
 #define KIND(p, i) ((p).buffers[i]->kind)
 
 static struct shape shapes[256];
+static int world = 1;
+
+/* The pipeline's plan for b's graph in the recorded order, without fusion. */
+static int plan(struct plan *out, struct gb *b, const uint64_t *handles, struct status *st)
+{
+	struct topology topo;
+	assert_int_equal(topology_custom(&topo, 1, world, (int64_t)64 << 30, st), ST_OK);
+	struct plan_options o = {.topology = &topo, .chunk_bytes = 4 << 20};
+	struct compiled c;
+	int rv = plan_graph(&c, b->a, &b->g, shapes, handles, &o, st);
+	if (rv == ST_OK)
+		*out = c.plan;
+	return rv;
+}
+
+/* A value computed from nothing (an iota of f32), which may live anywhere. */
+static Podemu__Node *iota(struct gb *b, const int64_t *dims, int rank)
+{
+	int64_t zero = 0;
+	Podemu__Node *n = gb_node(b, "iota", -1, -1, -1);
+	n->shape = gb_shape(b, DT_F32, dims, rank);
+	gb_dims(b, n, &zero, 1);
+	return n;
+}
 
 static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **state)
 {
 	struct gb b;
 	gb_init(&b);
-	int64_t d[] = {32, 32}, perm[] = {1, 0};                                 /* 4 KiB each */
-	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 2); /* 0 temp */
-	for (int i = 1; i <= 3; i++) /* 1, 2 temp; 3 out */
+	int64_t d[] = {32, 32}, perm[] = {1, 0}; /* 4 KiB each */
+	iota(&b, d, 2);                          /* 0 temp */
+	for (int i = 1; i <= 3; i++)             /* 1, 2 temp; 3 out */
 		gb_dims(&b, gb_node(&b, "transpose", i - 1, -1, -1), perm, 2);
 	int32_t outs[] = {3};
 	gb_outputs(&b, outs, 1);
@@ -31,7 +56,7 @@ static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **st
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {77};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
+	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_TEMP);
 	assert_int_equal(KIND(p, 3), PODEMU__BUFFER_KIND__BUFFER_OUTPUT);
 	assert_int_equal(p.buffers[3]->handle, 77);
@@ -49,19 +74,19 @@ static void test_elementwise_ops_work_in_place(void **state)
 {
 	struct gb b;
 	gb_init(&b);
-	int64_t d[] = {1024};                                                    /* 4 KiB each */
-	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, d, 1); /* 0 */
-	gb_node(&b, "add", 0, 0, -1);                                            /* 1: in 0 */
-	gb_node(&b, "add", 1, 1, -1);                                            /* 2: in 1 */
-	gb_node(&b, "negate", 2, -1, -1);                                        /* 3 */
-	gb_node(&b, "multiply", 3, 2, -1);                                       /* 4: out */
+	int64_t d[] = {1024};              /* 4 KiB each */
+	iota(&b, d, 1);                    /* 0 */
+	gb_node(&b, "add", 0, 0, -1);      /* 1: in 0 */
+	gb_node(&b, "add", 1, 1, -1);      /* 2: in 1 */
+	gb_node(&b, "negate", 2, -1, -1);  /* 3 */
+	gb_node(&b, "multiply", 3, 2, -1); /* 4: out */
 	int32_t outs[] = {4};
 	gb_outputs(&b, outs, 1);
 	struct status st;
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {78};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
+	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_int_equal(p.buffers[1]->offset, p.buffers[0]->offset);
 	assert_int_equal(p.buffers[2]->offset, p.buffers[0]->offset);
 	/* 2 is read again by 4, so 3 cannot take its bytes: two temporaries. */
@@ -87,7 +112,7 @@ static void test_parameters_barriers_and_aliases(void **state)
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {9};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
+	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_PARAMETER);
 	assert_int_equal(p.buffers[0]->handle, 5);
 	/* Holding the barrier's output holds the value it passes through. */
@@ -115,8 +140,7 @@ static void test_outputs_that_are_parameters_are_refused(void **state)
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {9};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st),
-	                 ST_INVALID_ARGUMENT);
+	assert_int_equal(plan(&p, &b, handles, &st), ST_INVALID_ARGUMENT);
 	assert_non_null(strstr(st.message, "is the parameter itself"));
 	arena_free(b.a);
 }
@@ -138,7 +162,9 @@ static void test_all_gather_output_is_the_only_extra_memory(void **state)
 	assert_int_equal(graph_check(&b.g, 8, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {2};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
+	world = 8;
+	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
+	world = 1;
 	assert_int_equal(p.temp_bytes, 0);
 	assert_int_equal(p.output_bytes, 4LL << 30);
 	assert_int_equal(p.argument_bytes, 512LL << 20);
@@ -160,7 +186,7 @@ static void test_sizes_saturate(void **state)
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
 	struct plan p;
 	uint64_t handles[] = {1, 2};
-	assert_int_equal(plan_step(&p, b.a, &b.g, shapes, handles, NULL, NULL, &st), ST_OK);
+	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_true(p.output_bytes >= LAYOUT_BYTES_CAP - HBM_ALIGNMENT);
 	assert_true(p.temp_bytes >= LAYOUT_BYTES_CAP - HBM_ALIGNMENT);
 	arena_free(b.a);

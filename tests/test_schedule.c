@@ -1,4 +1,7 @@
-/* The scheduling passes: combining, memory-aware delaying, barriers as hard constraints. */
+/*
+ * The scheduling passes on step graphs, through the compiler's one pipeline (plan_graph):
+ * combining, memory-aware delaying, barriers as hard constraints.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +14,7 @@
 #include "graph_builder.h"
 #include "plan.h"
 #include "schedule.h"
+#include "topology.h"
 
 static struct shape shapes[256];
 
@@ -30,20 +34,37 @@ static Podemu__Node *all_gather(struct gb *b, int operand)
 	return n;
 }
 
-/* Temporaries the step reserves when run in s's order (NULL: as recorded). */
-static int64_t temp_bytes(struct gb *b, const struct schedule *s)
+/* What the pipeline makes of b's graph on a pod of `world` cores (fusion off). */
+static struct compiled compile(struct gb *b, int world, int64_t combine, bool memory_aware)
 {
 	struct status st;
-	struct shape copy[256];
-	memcpy(copy, shapes, sizeof(copy));
-	const Podemu__Graph *g = s ? schedule_apply(&b->g, s, copy, b->a) : &b->g;
-	assert_non_null(g);
-	struct shape checked[256];
-	assert_int_equal(graph_check(g, 4, checked, &st), ST_OK); /* still a valid graph */
+	struct topology topo;
+	assert_int_equal(topology_custom(&topo, 1, world, (int64_t)1 << 30, &st), ST_OK);
+	struct plan_options o = {.topology = &topo,
+	                         .combine_threshold_bytes = combine,
+	                         .memory_aware = memory_aware,
+	                         .chunk_bytes = 4 << 20};
 	uint64_t handles[8] = {101, 102, 103, 104, 105, 106, 107, 108};
-	struct plan p;
-	assert_int_equal(plan_step(&p, b->a, g, copy, handles, NULL, NULL, &st), ST_OK);
-	return p.temp_bytes;
+	struct compiled c;
+	int rv = plan_graph(&c, b->a, &b->g, shapes, handles, &o, &st);
+	if (rv != ST_OK)
+		fail_msg("%s", st.message);
+	/* Still a valid graph in its new order. */
+	if (c.order != NULL) {
+		struct shape copy[256], checked[256];
+		memcpy(copy, shapes, sizeof(copy));
+		struct schedule s = {.n = c.n, .order = c.order};
+		const Podemu__Graph *g = schedule_apply(&b->g, &s, copy, b->a);
+		assert_non_null(g);
+		assert_int_equal(graph_check(g, world, checked, &st), ST_OK);
+	}
+	return c;
+}
+
+static void assert_order(const struct compiled *c, const int *want, int n)
+{
+	for (int k = 0; k < n; k++)
+		assert_int_equal(c->order != NULL ? c->order[k] : k, want[k]);
 }
 
 /*
@@ -76,27 +97,23 @@ static void test_combining_merges_independent_all_gathers(void **state)
 {
 	struct gb b;
 	struct status st;
-	struct schedule s;
 	build_two_layers(&b, false);
 	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
-	struct schedule_options o = {.combine_threshold_bytes = 30 << 20};
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_combined, 1);
+	struct compiled c = compile(&b, 4, 30 << 20, false);
+	assert_int_equal(c.n_combined, 1);
 	int want[] = {0, 1, 2, 4, 3, 5};
-	assert_memory_equal(s.order, want, sizeof(want));
-	/* Recorded: one gathered layer at a time. Combined: both at once. */
-	assert_int_equal(temp_bytes(&b, NULL), 16384);
-	assert_int_equal(temp_bytes(&b, &s), 2 * 16384);
+	assert_order(&c, want, 6);
+	/* Combined: both gathered layers at once. Without combining: one at a time. */
+	assert_int_equal(c.plan.temp_bytes, 2 * 16384);
+	assert_int_equal(compile(&b, 4, 0, false).plan.temp_bytes, 16384);
 
 	/* Below the threshold only. */
-	o.combine_threshold_bytes = 16384 + 16383;
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_combined, 0);
-	assert_true(schedule_is_identity(&s));
+	c = compile(&b, 4, 16384 + 16383, false);
+	assert_int_equal(c.n_combined, 0);
+	assert_null(c.order);
 	arena_free(b.a);
 
 	/* A parameter first used after the leader (the library adds it then) moves up too. */
-	o.combine_threshold_bytes = 30 << 20;
 	gb_init(&b);
 	param(&b, 1024, 1);                /* 0 */
 	all_gather(&b, 0);                 /* 1 */
@@ -107,20 +124,19 @@ static void test_combining_merges_independent_all_gathers(void **state)
 	int32_t out5[] = {5};
 	gb_outputs(&b, out5, 1);
 	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_combined, 1);
+	c = compile(&b, 4, 30 << 20, false);
+	assert_int_equal(c.n_combined, 1);
 	int want_hoisted[] = {0, 3, 1, 4, 2, 5};
-	assert_memory_equal(s.order, want_hoisted, sizeof(want_hoisted));
-	assert_int_equal(temp_bytes(&b, &s), 2 * 16384); /* 2 works in place in 1's bytes */
+	assert_order(&c, want_hoisted, 6);
+	assert_int_equal(c.plan.temp_bytes, 2 * 16384); /* 2 works in place in 1's bytes */
 	arena_free(b.a);
 
 	/* An opt-barrier between them keeps them apart. */
 	build_two_layers(&b, true);
 	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
-	o.combine_threshold_bytes = 30 << 20;
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_combined, 0);
-	assert_true(schedule_is_identity(&s));
+	c = compile(&b, 4, 30 << 20, false);
+	assert_int_equal(c.n_combined, 0);
+	assert_null(c.order);
 	arena_free(b.a);
 }
 
@@ -128,8 +144,6 @@ static void test_combining_needs_operands_ready_and_same_attributes(void **state
 {
 	struct gb b;
 	struct status st;
-	struct schedule s;
-	struct schedule_options o = {.combine_threshold_bytes = 30 << 20};
 	gb_init(&b);
 	param(&b, 1024, 1);                      /* 0 */
 	all_gather(&b, 0);                       /* 1 */
@@ -144,63 +158,71 @@ static void test_combining_needs_operands_ready_and_same_attributes(void **state
 	Podemu__ReplicaGroup *groups[] = {&g0, &g1};
 	other->replica_groups = groups;
 	other->n_replica_groups = 2;
+	int32_t outs[] = {1, 3, 4, 5};
+	gb_outputs(&b, outs, 4);
 	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_combined, 0);
+	assert_int_equal(compile(&b, 4, 30 << 20, false).n_combined, 0);
 	/* The same groups as the nearest one (3, whose operand exists by then): joins it. */
 	other->n_replica_groups = 0;
 	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_combined, 1);
+	struct compiled c = compile(&b, 4, 30 << 20, false);
+	assert_int_equal(c.n_combined, 1);
 	int want[] = {0, 1, 2, 3, 5, 4};
-	assert_memory_equal(s.order, want, sizeof(want));
+	assert_order(&c, want, 6);
 	arena_free(b.a);
+}
+
+/* A value of `elements` f32 computed from nothing (an iota), so that it may move. */
+static void iota(struct gb *b, int64_t elements)
+{
+	int64_t zero = 0;
+	Podemu__Node *n = gb_node(b, "iota", -1, -1, -1);
+	n->shape = gb_shape(b, DT_F32, &elements, 1);
+	gb_dims(b, n, &zero, 1);
 }
 
 static void test_memory_aware_delays_what_is_consumed_late(void **state)
 {
 	struct gb b;
 	struct status st;
-	struct schedule s;
-	struct schedule_options o = {.memory_aware = true};
 	int64_t big = 4096, small = 1024; /* 16 KiB, 4 KiB */
 	gb_init(&b);
-	param(&b, big, 1);                                                          /* 0 */
-	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, &big, 1); /* 1 */
-	gb_node(&b, "add", 0, 0, -1);                                               /* 2 */
-	gb_node(&b, "multiply", 2, 0, -1);                                          /* 3 */
-	gb_node(&b, "add", 3, 0, -1);                                               /* 4 */
-	gb_node(&b, "negate", 1, -1, -1);                                           /* 5 */
+	param(&b, big, 1);                 /* 0 */
+	iota(&b, big);                     /* 1 */
+	gb_node(&b, "add", 0, 0, -1);      /* 2 */
+	gb_node(&b, "multiply", 2, 0, -1); /* 3 */
+	gb_node(&b, "add", 3, 0, -1);      /* 4 */
+	gb_node(&b, "negate", 1, -1, -1);  /* 5 */
 	int32_t outs[] = {4, 5};
 	gb_outputs(&b, outs, 2);
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	/* The constant moves down to the negate: it no longer sits beside 2 and 3. */
-	assert_int_equal(s.n_delayed, 1);
+	struct compiled c = compile(&b, 1, 0, true);
+	/* The iota moves down to the negate: it no longer sits beside 2 and 3. */
+	assert_int_equal(c.n_delayed, 1);
 	int want[] = {0, 2, 3, 4, 1, 5};
-	assert_memory_equal(s.order, want, sizeof(want));
-	/* 3 works in place in 2's bytes: the constant beside them, or not. */
-	assert_int_equal(temp_bytes(&b, NULL), 2 * 16384);
-	assert_int_equal(temp_bytes(&b, &s), 16384);
+	assert_order(&c, want, 6);
+	/* 3 works in place in 2's bytes: the iota beside them, or not. */
+	assert_int_equal(compile(&b, 1, 0, false).plan.temp_bytes, 2 * 16384);
+	assert_int_equal(c.plan.temp_bytes, 16384);
 	arena_free(b.a);
 
-	/* A chain moves as a whole: the sum of two constants too. */
+	/* A chain moves as a whole: the sum of two iotas too. */
 	gb_init(&b);
-	param(&b, big, 1);                                                            /* 0 */
-	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, &small, 1); /* 1 */
-	gb_node(&b, "negate", 1, -1, -1);                                             /* 2 */
-	gb_node(&b, "add", 0, 0, -1);                                                 /* 3 */
-	gb_node(&b, "multiply", 3, 0, -1);                                            /* 4 */
-	gb_node(&b, "add", 4, 0, -1);                                                 /* 5 */
-	gb_node(&b, "add", 2, 2, -1);                                                 /* 6 */
+	param(&b, big, 1);                 /* 0 */
+	iota(&b, small);                   /* 1 */
+	gb_node(&b, "negate", 1, -1, -1);  /* 2 */
+	gb_node(&b, "add", 0, 0, -1);      /* 3 */
+	gb_node(&b, "multiply", 3, 0, -1); /* 4 */
+	gb_node(&b, "add", 4, 0, -1);      /* 5 */
+	gb_node(&b, "add", 2, 2, -1);      /* 6 */
 	int32_t outs2[] = {5, 6};
 	gb_outputs(&b, outs2, 2);
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_delayed, 2);
+	c = compile(&b, 1, 0, true);
+	assert_int_equal(c.n_delayed, 2);
 	int want_chain[] = {0, 3, 4, 5, 1, 2, 6};
-	assert_memory_equal(s.order, want_chain, sizeof(want_chain));
-	assert_true(temp_bytes(&b, &s) < temp_bytes(&b, NULL));
+	assert_order(&c, want_chain, 7);
+	assert_true(c.plan.temp_bytes < compile(&b, 1, 0, false).plan.temp_bytes);
 	arena_free(b.a);
 
 	/* A move that lowers no peak is not made. */
@@ -213,26 +235,26 @@ static void test_memory_aware_delays_what_is_consumed_late(void **state)
 	int32_t out[] = {4};
 	gb_outputs(&b, out, 1);
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
 	/* 1 and 2 could run after 3, but 3 would then be live beside them: no lower peak. */
-	assert_int_equal(s.n_delayed, 0);
-	assert_true(schedule_is_identity(&s));
+	c = compile(&b, 1, 0, true);
+	assert_int_equal(c.n_delayed, 0);
+	assert_null(c.order);
 	arena_free(b.a);
 
 	/* Nothing moves across an opt-barrier. */
 	gb_init(&b);
-	param(&b, small, 1);                                                        /* 0 */
-	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, &big, 1); /* 1 */
-	gb_node(&b, "add", 0, 0, -1);                                               /* 2 */
-	gb_node(&b, "opt-barrier", 2, -1, -1);                                      /* 3 */
-	gb_node(&b, "get-tuple-element", 3, -1, -1);                                /* 4 */
-	gb_node(&b, "negate", 1, -1, -1);                                           /* 5 */
+	param(&b, small, 1);                         /* 0 */
+	iota(&b, big);                               /* 1 */
+	gb_node(&b, "add", 0, 0, -1);                /* 2 */
+	gb_node(&b, "opt-barrier", 2, -1, -1);       /* 3 */
+	gb_node(&b, "get-tuple-element", 3, -1, -1); /* 4 */
+	gb_node(&b, "negate", 1, -1, -1);            /* 5 */
 	int32_t out3[] = {4, 5};
 	gb_outputs(&b, out3, 2);
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	assert_int_equal(schedule_step(&s, &b.g, shapes, &o, b.a, &st), ST_OK);
-	assert_int_equal(s.n_delayed, 0);
-	assert_true(schedule_is_identity(&s));
+	c = compile(&b, 1, 0, true);
+	assert_int_equal(c.n_delayed, 0);
+	assert_null(c.order);
 	arena_free(b.a);
 }
 

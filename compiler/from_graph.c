@@ -1,0 +1,173 @@
+#include "from_graph.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "collective.h"
+#include "graph.h"
+
+static enum hlo_type hlo_type_of(int dtype)
+{
+	switch (dtype) {
+	case DT_PRED:
+		return HT_PRED;
+	case DT_S32:
+		return HT_S32;
+	case DT_U8:
+		return HT_U8;
+	case DT_BF16:
+		return HT_BF16;
+	case DT_F32:
+		return HT_F32;
+	case DT_U32:
+		return HT_U32;
+	default:
+		return HT_INVALID;
+	}
+}
+
+static int array_shape(struct hlo_shape *out, const struct shape *s, struct arena *a)
+{
+	memset(out, 0, sizeof(*out));
+	out->type = hlo_type_of(s->dtype);
+	out->rank = s->rank;
+	out->dims = arena_calloc(a, (size_t)s->rank + 1, sizeof(int64_t));
+	if (out->dims == NULL)
+		return -1;
+	memcpy(out->dims, s->dims, (size_t)s->rank * sizeof(int64_t));
+	return 0;
+}
+
+/* The groups a collective runs over, as XLA writes them ("{{0,1},{2,3}}"), or NULL: all. */
+static int groups_text(const char **out, const Podemu__Graph *g, const Podemu__Node *n, int index,
+                       int world, struct arena *a, struct status *st)
+{
+	*out = NULL;
+	if (n->n_replica_groups == 0 && (n->mesh_axis == NULL || n->mesh_axis[0] == '\0'))
+		return ST_OK;
+	char label[64];
+	snprintf(label, sizeof(label), "node %d", index);
+	struct coll_groups cg;
+	int rv = coll_groups_resolve(&cg, n, g->mesh, g->n_mesh, world, 1, label, st);
+	if (rv != ST_OK)
+		return rv;
+	size_t cap = 4 + (size_t)world * 12 + (size_t)cg.num_groups * 4, at = 0;
+	char *text = arena_alloc(a, cap);
+	if (text != NULL) {
+		at += (size_t)snprintf(text + at, cap - at, "{");
+		for (int k = 0; k < cg.num_groups; k++) {
+			at += (size_t)snprintf(text + at, cap - at, "%s{", k ? "," : "");
+			for (int m = 0; m < cg.size[k]; m++)
+				at += (size_t)snprintf(text + at, cap - at, "%s%lld", m ? "," : "",
+				                       (long long)cg.ids[cg.start[k] + m]);
+			at += (size_t)snprintf(text + at, cap - at, "}");
+		}
+		snprintf(text + at, cap - at, "}");
+	} else {
+		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	coll_groups_free(&cg);
+	*out = text;
+	return rv;
+}
+
+/* The reduction of a node as a to_apply name: "add", or "add*0.5" with a scale. */
+static const char *reduction(const Podemu__Node *n, struct arena *a)
+{
+	const char *r = n->reducer != NULL && n->reducer[0] != '\0' ? n->reducer : "add";
+	if (n->scale == 0 || n->scale == 1)
+		return r;
+	char text[96];
+	snprintf(text, sizeof(text), "%s*%.17g", r, n->scale);
+	return arena_strdup(a, text);
+}
+
+int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct shape *shapes,
+                    int world, struct arena *a, struct status *st)
+{
+	int n = (int)g->n_nodes;
+	memset(out, 0, sizeof(*out));
+	struct hlo_computation *c = arena_calloc(a, 1, sizeof(*c));
+	struct hlo_instruction *ins = arena_calloc(a, (size_t)n + 1, sizeof(*ins));
+	struct hlo_computation **comps = arena_calloc(a, 1, sizeof(*comps));
+	if (c == NULL || ins == NULL || comps == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	c->name = "step";
+	c->is_entry = true;
+	c->n_instructions = n + 1;
+	c->instructions = arena_calloc(a, (size_t)n + 1, sizeof(*c->instructions));
+	c->parameters = arena_calloc(a, (size_t)n + 1, sizeof(*c->parameters));
+	if (c->instructions == NULL || c->parameters == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0; i <= n; i++) {
+		struct hlo_instruction *in = &ins[i];
+		in->index = i;
+		in->parent = c;
+		in->parameter_number = -1;
+		c->instructions[i] = in;
+		const Podemu__Node *node = i < n ? g->nodes[i] : NULL;
+		size_t n_ops = node != NULL ? node->n_operands : g->n_outputs;
+		in->operands = arena_calloc(a, n_ops + 1, sizeof(*in->operands));
+		if (in->operands == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		for (size_t k = 0; k < n_ops; k++)
+			in->operands[k] = &ins[node != NULL ? node->operands[k] : g->outputs[k]];
+		in->n_operands = (int)n_ops;
+		if (node == NULL) { /* the root: what the client holds */
+			in->opcode = "tuple";
+			in->name = "outputs";
+			in->is_root = true;
+			in->shape.type = HT_TUPLE;
+			in->shape.n_tuple = in->n_operands;
+			in->shape.tuple =
+			    arena_calloc(a, (size_t)in->n_operands + 1, sizeof(struct hlo_shape));
+			if (in->shape.tuple == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			for (int k = 0; k < in->n_operands; k++)
+				in->shape.tuple[k] = in->operands[k]->shape;
+			c->root = in;
+			continue;
+		}
+		enum opcode op = opcode_parse(node->opcode);
+		in->opcode = node->opcode;
+		char name[64];
+		snprintf(name, sizeof(name), "%s.%d", node->opcode, i);
+		in->name = node->name != NULL && node->name[0] != '\0' ? node->name
+		                                                       : arena_strdup(a, name);
+		if (in->name == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		if (shapes[i].tuple) { /* an opt-barrier: the tuple of its operands */
+			in->shape.type = HT_TUPLE;
+			in->shape.n_tuple = in->n_operands;
+			in->shape.tuple =
+			    arena_calloc(a, (size_t)in->n_operands + 1, sizeof(struct hlo_shape));
+			if (in->shape.tuple == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			for (int k = 0; k < in->n_operands; k++)
+				in->shape.tuple[k] = in->operands[k]->shape;
+		} else if (array_shape(&in->shape, &shapes[i], a) != 0) {
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		}
+		in->n_dimensions = (int)node->n_dimensions;
+		in->dimensions = node->dimensions;
+		if (op == OP_PARAMETER) {
+			in->parameter_number = c->n_parameters;
+			c->parameters[c->n_parameters++] = in;
+		} else if (op == OP_GET_TUPLE_ELEMENT) {
+			in->has_index = true;
+			in->tuple_index = node->tuple_index;
+		} else if (opcode_is_collective(op)) {
+			int rv = groups_text(&in->replica_groups, g, node, i, world, a, st);
+			if (rv != ST_OK)
+				return rv;
+			if (op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER)
+				in->to_apply_name = reduction(node, a);
+		}
+	}
+	comps[0] = c;
+	out->name = "step";
+	out->n_computations = 1;
+	out->computations = comps;
+	out->entry = c;
+	return ST_OK;
+}

@@ -1,0 +1,22 @@
+/*
+ * The step-graph frontend: a graph the client library recorded (already checked) as an HLO
+ * module, so that the pod's steps and `podemu compile` go through the same passes. Instruction
+ * i of the entry computation is node i (its HLO opcode, shape and operands), parameters are
+ * numbered in order, and the root (instruction n) is a tuple of the graph's outputs.
+ * Collectives carry their resolved replica groups in XLA's text, reductions their reducer (and
+ * scale) as to_apply, so that only collectives the pod would run alike are combined.
+ */
+#ifndef PODEMU_FROM_GRAPH_H
+#define PODEMU_FROM_GRAPH_H
+
+#include "arena.h"
+#include "dtype.h"
+#include "hlo.h"
+#include "podemu.pb-c.h"
+#include "status.h"
+
+/* Builds *out from g (shapes[i]: node i's checked shape) for a pod of world cores, from a. */
+int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct shape *shapes,
+                    int world, struct arena *a, struct status *st);
+
+#endif
