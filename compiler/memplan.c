@@ -416,8 +416,18 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 	struct memplan *out = b->p;
 	const struct refs *root = &refs[c->root->index];
 	if (b->o->graph_outputs) {
+		/*
+		 * Several outputs are the program's result tuple, as XLA's programs return them:
+		 * their index table is reserved with the temporaries for the whole program.
+		 */
 		for (int q = 0; q < root->n; q++)
 			out->buffers[root->ids[q]].kind = BUF_OUTPUT;
+		if (c->root->n_operands > 1) {
+			int table = tuple_table(b, c->root, BUF_TEMP, 0);
+			if (table < 0)
+				return oom(b);
+			out->buffers[table].last = n - 1;
+		}
 		return ST_OK;
 	}
 	bool *donor_used = arena_calloc(b->a, (size_t)b->m->n_donors + 1, sizeof(bool));

@@ -518,7 +518,8 @@ static void test_plan_modules(void **state)
 	assert_int_equal(p.argument_bytes, 1024);
 	assert_int_equal(p.output_bytes, 1024);
 	assert_int_equal(p.other_space_bytes, 512);
-	assert_int_equal(p.peak_bytes, 2048);
+	assert_int_equal(p.constant_bytes, 4);
+	assert_int_equal(p.peak_bytes, 2052);
 	assert_int_equal(p.sent_bytes, 84);
 	/* Replica groups checked with XLA's verifier's words before planning. */
 	plan_file("bad-groups.hlo", &p, &st, ST_INVALID_ARGUMENT);

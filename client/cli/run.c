@@ -204,6 +204,22 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 	    (groups = pe_groups_parse(r->c, in->replica_groups)) == NULL)
 		return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line, in->name,
 		                  pe_last_error(r->c));
+	/*
+	 * An async pair runs as its collective: the -start's value is (operand, result) as XLA
+	 * writes it (the result alone for all-reduce-start), the -done's the result.
+	 */
+	size_t len = strlen(op);
+	if (len > 5 && strcmp(op + len - 5, "-done") == 0) {
+		const struct value *start = &r->vals[in->operands[0]->index];
+		v->t = start->elems != NULL && start->n > 1 ? start->elems[1] : start->t;
+		return ST_OK;
+	}
+	char base[64];
+	bool async_start = len > 6 && len < sizeof(base) && strcmp(op + len - 6, "-start") == 0;
+	if (async_start) {
+		snprintf(base, sizeof(base), "%.*s", (int)(len - 6), op);
+		op = base;
+	}
 	if (strcmp(op, "tuple") == 0 || strcmp(op, "opt-barrier") == 0) {
 		const struct value *src =
 		    strcmp(op, "tuple") == 0 ? NULL : &r->vals[in->operands[0]->index];
@@ -259,14 +275,12 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		}
 		free(nums);
 	} else if (strcmp(op, "broadcast") == 0) {
+		/* As written (a scalar constant stays a constant), so the pod plans what XLA does.
+		 */
 		const struct value *src = &r->vals[in->operands[0]->index];
-		if (src->is_scalar_constant) {
-			v->is_scalar_constant = true;
-			v->scalar = src->scalar;
-			v->t = pe_full(r->c, dtype, s->dims, s->rank, src->scalar);
-		} else {
-			v->t = pe_broadcast(arg(r, in, 0), s->dims, s->rank, in->dimensions);
-		}
+		v->is_scalar_constant = src->is_scalar_constant;
+		v->scalar = src->scalar;
+		v->t = pe_broadcast(arg(r, in, 0), s->dims, s->rank, in->dimensions);
 	} else if (strcmp(op, "iota") == 0) {
 		v->t = pe_iota(r->c, dtype, s->dims, s->rank, (int)in->iota_dimension);
 	} else if (strcmp(op, "replica-id") == 0) {
@@ -442,6 +456,14 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		                  pe_last_code(r->c) ? pe_last_code(r->c) : ST_INVALID_ARGUMENT,
 		                  "line %d: %s (%s): %s", in->line, in->name, in->opcode,
 		                  pe_last_error(r->c)[0] ? pe_last_error(r->c) : "bad attributes");
+	if (async_start && s->type == HT_TUPLE) {
+		v->n = 2;
+		v->elems = calloc(3, sizeof(*v->elems));
+		if (v->elems == NULL)
+			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		v->elems[0] = arg(r, in, 0);
+		v->elems[1] = v->t;
+	}
 	return ST_OK;
 }
 
