@@ -112,8 +112,15 @@ int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *s
 }
 
 int device_create_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
-                         struct status *st)
+                         int64_t bytes, struct status *st)
 {
+	if (bytes != 0 && bytes < shape_bytes(shape))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "buffer %llu: %lld bytes charged for a %lld-byte shape",
+		                  (unsigned long long)handle, (long long)bytes,
+		                  (long long)shape_bytes(shape));
+	if (bytes == 0)
+		bytes = shape_bytes(shape);
 	int64_t *offsets = calloc((size_t)dev->cores_per_host, sizeof(*offsets));
 	if (offsets == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -126,7 +133,7 @@ int device_create_buffer(struct device *dev, uint64_t handle, const struct shape
 		goto out;
 	}
 	for (; done < dev->cores_per_host; done++) {
-		rv = hbm_alloc(&dev->cores[done].heap, shape_bytes(shape), &offsets[done], st);
+		rv = hbm_alloc(&dev->cores[done].heap, bytes, &offsets[done], st);
 		if (rv != ST_OK) {
 			status_set(st, rv, "core %d (host %d): %s", dev->cores[done].ordinal,
 			           dev->host_index, st->message);

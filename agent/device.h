@@ -85,8 +85,9 @@ int device_init(struct device *dev, int host_index, int num_hosts, int cores_per
 void device_destroy(struct device *dev);
 
 /* Device buffers. Each fails with NOT_FOUND for an unknown handle. */
+/* bytes: what each core's heap charges, at least the shape's bytes (0: exactly those). */
 int device_create_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
-                         struct status *st);
+                         int64_t bytes, struct status *st);
 int device_write(struct device *dev, uint64_t handle, int ordinal, int64_t offset, const void *data,
                  int64_t len, struct status *st);
 /*

@@ -83,6 +83,10 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 			return status_set(st, ST_ALREADY_EXISTS,
 			                  "node %zu: output handle %llu is taken", i,
 			                  (unsigned long long)b->handle);
+		if (b->bytes < bytes)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "node %zu: output of %lld bytes charged %lld", i,
+			                  (long long)bytes, (long long)b->bytes);
 		return ST_OK;
 	case PODEMU__BUFFER_KIND__BUFFER_TEMP:
 		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT)
@@ -293,8 +297,7 @@ static int step_allocate(struct device *dev, struct step *s, struct status *st)
 		for (size_t i = 0; i < n && rv == ST_OK; i++) {
 			const Podemu__BufferAssignment *b = p->buffers[i];
 			if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT)
-				rv = hbm_alloc(&core->heap, shape_bytes(&s->shapes[i]),
-				               &s->offsets[c][i], st);
+				rv = hbm_alloc(&core->heap, b->bytes, &s->offsets[c][i], st);
 		}
 		if (rv == ST_OK)
 			rv = hbm_reserve_bottom(&core->heap, p->temp_bytes, st);

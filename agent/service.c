@@ -100,7 +100,7 @@ static int h_create_buffer(void *state, struct arena *a, const void *request, vo
 	int rv = shape_from_proto(&shape, req->shape, st);
 	if (rv != ST_OK)
 		return rv;
-	return device_create_buffer(&ag->dev, req->handle, &shape, st);
+	return device_create_buffer(&ag->dev, req->handle, &shape, req->bytes, st);
 }
 
 static int h_to_device(void *state, struct arena *a, const void *request, void *reply,

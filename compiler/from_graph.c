@@ -5,6 +5,7 @@
 
 #include "collective.h"
 #include "graph.h"
+#include "layout.h"
 
 static enum hlo_type hlo_type_of(int dtype)
 {
@@ -36,6 +37,15 @@ static int array_shape(struct hlo_shape *out, const struct shape *s, struct aren
 		return -1;
 	memcpy(out->dims, s->dims, (size_t)s->rank * sizeof(int64_t));
 	return 0;
+}
+
+int64_t graph_shape_bytes(const struct shape *s, bool tiled)
+{
+	struct hlo_shape h = {.type = hlo_type_of(s->dtype), .rank = s->rank};
+	int64_t dims[SHAPE_MAX_RANK];
+	memcpy(dims, s->dims, sizeof(dims));
+	h.dims = dims;
+	return layout_bytes(&h, tiled);
 }
 
 /* The groups a collective runs over, as XLA writes them ("{{0,1},{2,3}}"), or NULL: all. */

@@ -15,6 +15,9 @@
 #include "podemu.pb-c.h"
 #include "status.h"
 
+/* Bytes of an array shape in the pod's layout (TPU tiles when tiled), as the plan charges it. */
+int64_t graph_shape_bytes(const struct shape *s, bool tiled);
+
 /* Builds *out from g (shapes[i]: node i's checked shape) for a pod of world cores, from a. */
 int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct shape *shapes,
                     int world, struct arena *a, struct status *st);

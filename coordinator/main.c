@@ -41,6 +41,8 @@ static void usage(FILE *f)
 	    "                             combiners do (default 30M; 0: never)\n"
 	    "  --scheduler NAME           memory-aware (default) or recorded (run nodes in the\n"
 	    "                             order the client recorded them)\n"
+	    "  --layout NAME              tpu (default: every buffer is charged its size in the\n"
+	    "                             TPU's tiled layout, as podemu compile plans it) or none\n"
 	    "  --fusion NAME              elementwise (default: chains of elementwise ops are one\n"
 	    "                             kernel, their intermediates take no HBM) or none\n"
 	    "  --token-file PATH          the pod's secret (else PODEMU_TOKEN); agents and\n"
@@ -103,6 +105,7 @@ int main(int argc, char **argv)
 	    {"combine-threshold-bytes", required_argument, NULL, 'K'},
 	    {"scheduler", required_argument, NULL, 'S'},
 	    {"fusion", required_argument, NULL, 'F'},
+	    {"layout", required_argument, NULL, 'L'},
 	    DAEMON_TRUST_LONG_OPTIONS,
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
@@ -110,7 +113,8 @@ int main(int argc, char **argv)
 	};
 	const char *listen_url = "tcp://127.0.0.1:7460", *topology_name = NULL;
 	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
-	const char *combine_text = "30M", *scheduler = "memory-aware", *fusion = "elementwise";
+	const char *combine_text = "30M", *scheduler = "memory-aware", *fusion = "elementwise",
+	           *layout = "tpu";
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
 	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
 	struct daemon_trust trust = {0};
@@ -161,6 +165,9 @@ int main(int argc, char **argv)
 		case 'F':
 			fusion = optarg;
 			break;
+		case 'L':
+			layout = optarg;
+			break;
 		case 'v':
 			level = LOG_DEBUG;
 			break;
@@ -206,6 +213,9 @@ int main(int argc, char **argv)
 	if (rv == ST_OK && strcmp(fusion, "elementwise") != 0 && strcmp(fusion, "none") != 0)
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "unknown fusion '%s' (elementwise, none)",
 		                fusion);
+	if (rv == ST_OK && strcmp(layout, "tpu") != 0 && strcmp(layout, "none") != 0)
+		rv =
+		    status_set(&st, ST_INVALID_ARGUMENT, "unknown layout '%s' (tpu, none)", layout);
 	if (rv == ST_OK && (window < 1 || window > 64))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--window must be in [1, 64]");
 	if (rv == ST_OK && algo != NULL && algo[0] != '\0' && strcmp(algo, "ring") != 0 &&
@@ -245,6 +255,7 @@ int main(int argc, char **argv)
 	co.schedule.combine_threshold_bytes = combine;
 	co.schedule.memory_aware = strcmp(scheduler, "memory-aware") == 0;
 	co.fusion = strcmp(fusion, "elementwise") == 0;
+	co.tiled = strcmp(layout, "tpu") == 0;
 
 	struct rpc_server *server;
 	char bound[256];

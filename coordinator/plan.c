@@ -59,6 +59,7 @@ static int assignment(Podemu__BufferAssignment *b, const Podemu__Graph *g, int i
 	} else if (buf->kind == BUF_OUTPUT) {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_OUTPUT;
 		b->handle = output_handles[output_of[i]];
+		b->bytes = buf->bytes; /* the padded size the heap charges */
 	} else {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_TEMP;
 		b->offset = buf->offset;
@@ -86,7 +87,8 @@ int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
 	struct hlo_module m;
 	if ((rv = graph_to_module(&m, g, shapes, topology_world_size(o->topology), a, st)) != ST_OK)
 		return rv;
-	struct memplan_options mo = {.chunk_bytes = o->chunk_bytes,
+	struct memplan_options mo = {.tiled = o->tiled,
+	                             .chunk_bytes = o->chunk_bytes,
 	                             .combine_threshold_bytes = o->combine_threshold_bytes,
 	                             .no_fusion = !o->fusion,
 	                             .recorded_order = !o->memory_aware,

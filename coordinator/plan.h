@@ -27,6 +27,7 @@ struct plan_options {
 	int64_t combine_threshold_bytes; /* 0: no combining */
 	bool memory_aware;               /* else the recorded order */
 	bool fusion;                     /* elementwise fusion */
+	bool tiled;                      /* buffers in the TPU's tiled layout (else unpadded) */
 	int64_t chunk_bytes;             /* collective scratch per reducing collective */
 };
 

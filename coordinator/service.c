@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "cache.h"
 #include "fanout.h"
+#include "from_graph.h"
 #include "fusion.h"
 #include "graph.h"
 #include "lower.h"
@@ -611,6 +612,7 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 		                              co->schedule.combine_threshold_bytes,
 		                          .memory_aware = co->schedule.memory_aware,
 		                          .fusion = co->fusion,
+		                          .tiled = co->tiled,
 		                          .chunk_bytes = co->chunk_bytes};
 		if ((rv = plan_graph(out, a, *g, shapes, out_handles, &po, st)) != ST_OK)
 			return rv;
@@ -899,6 +901,7 @@ static int h_create_buffer(void *state, struct arena *a, const void *request, vo
 	podemu__create_buffer_request__init(fwd);
 	fwd->shape = req->shape;
 	fwd->handle = handle;
+	fwd->bytes = graph_shape_bytes(&shape, co->tiled);
 	rv = fan_call(co, clients, AM_CREATE_BUFFER, reqs, a, replies, sts, co->agent_timeout_ms,
 	              st);
 	if (rv != ST_OK) {

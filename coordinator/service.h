@@ -23,6 +23,7 @@ struct coordinator {
 	const char *collective_algorithm; /* forced algorithm, or NULL to choose */
 	struct schedule_options schedule; /* combining and memory-aware scheduling */
 	bool fusion;                      /* elementwise fusion */
+	bool tiled;                       /* heaps charge TPU-tiled sizes (--layout tpu) */
 	struct program_cache cache;       /* compiled programs, under step_lock */
 };
 

@@ -301,8 +301,9 @@ plain_peak=$(fused_run) || fail "run fusion.hlo unfused"
 	fail "fusion.hlo planned peak: $fused_peak fused, $plain_peak unfused"
 echo "fusion.hlo planned peak per core: $fused_peak bytes fused, $plain_peak without fusion"
 pe down >/dev/null
-# Without real bytes, an op without a kernel is planned and accounted like any other.
-pe up --hosts 2 --cores-per-host 4 --hbm 256M --backing none --port 0 >/dev/null
+# Without real bytes, an op without a kernel is planned and accounted like any other
+# (unpadded, so that the figures are the shapes' bytes).
+pe up --hosts 2 --cores-per-host 4 --hbm 256M --backing none --port 0 --layout none >/dev/null
 pe run "$hlo/no-kernel.hlo" --json | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

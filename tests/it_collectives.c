@@ -518,9 +518,11 @@ static void test_bad_groups_are_refused_in_xla_words(void **state)
 
 static int setup(void **state)
 {
+	/* Values, bytes sent and scratch are what is checked: unpadded buffers (--layout none). */
 	char args[256];
 	snprintf(args, sizeof(args),
-	         "--hosts %d --cores-per-host %d --hbm 256M --backing host --chunk-bytes 64K",
+	         "--hosts %d --cores-per-host %d --hbm 256M --backing host --chunk-bytes 64K "
+	         "--layout none",
 	         hosts, cores);
 	pe_client *c = pod_start(args);
 	if (c == NULL)

@@ -35,6 +35,8 @@ static void usage(FILE *f)
 	    "          --combine-threshold-bytes SIZE (default 30M; 0: no combining)\n"
 	    "          --scheduler memory-aware|recorded (default memory-aware)\n"
 	    "          --fusion elementwise|none (default elementwise)\n"
+	    "          --layout tpu|none (default tpu: heaps charge each buffer its TPU-tiled "
+	    "size)\n"
 	    "          --tls (mutual TLS on every socket; certificate, key and pod CA from\n"
 	    "          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
 	    "          --bind-to cpu|none (default cpu: with several agents, each runs on its\n"
@@ -281,6 +283,7 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_LAYOUT:
 			o->layout = optarg;
+			o->up.layout = optarg;
 			break;
 		case OPT_AG_STRATEGY:
 			o->ag_strategy = optarg;

@@ -285,7 +285,8 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	              {"--heartbeat-timeout-ms", o->heartbeat_timeout_ms},
 	              {"--combine-threshold-bytes", o->combine_threshold},
 	              {"--scheduler", o->scheduler},
-	              {"--fusion", o->fusion}};
+	              {"--fusion", o->fusion},
+	              {"--layout", o->layout}};
 	for (size_t k = 0; k < sizeof(passed) / sizeof(passed[0]); k++)
 		if (passed[k].value != NULL) {
 			argv[argc++] = (char *)passed[k].flag;

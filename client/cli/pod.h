@@ -20,6 +20,7 @@ struct up_options {
 	const char *combine_threshold; /* the coordinator's passes */
 	const char *scheduler;
 	const char *fusion;
+	const char *layout;  /* tpu or none: the size each buffer is charged */
 	int tls;             /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
 	const char *bind_to; /* "cpu": each agent on its own CPUs (see cpus_for_agent), "none" */
 };
