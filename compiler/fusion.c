@@ -85,3 +85,35 @@ int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum 
 	free(members);
 	return rv;
 }
+
+int fusion_computation(const struct hlo_computation *c, bool on, const bool *held, int *fused_into,
+                       struct arena *a)
+{
+	int n = c->n_instructions;
+	for (int i = 0; i < n; i++)
+		fused_into[i] = -1;
+	if (!on)
+		return 0;
+	int total = 0;
+	for (int i = 0; i < n; i++)
+		total += c->instructions[i]->n_operands;
+	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
+	int64_t *elements = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
+	int *operands = arena_calloc(a, (size_t)total + 1, sizeof(int));
+	if (!ops || !elements || !first || !operands)
+		return -1;
+	int at = 0;
+	for (int i = 0; i < n; i++) {
+		const struct hlo_instruction *in = c->instructions[i];
+		ops[i] = strcmp(in->opcode, "optimization-barrier") == 0 ? OP_OPT_BARRIER
+		                                                         : opcode_parse(in->opcode);
+		elements[i] = in->shape.type == HT_TUPLE ? -1 : hlo_shape_elements(&in->shape);
+		first[i] = at;
+		for (int k = 0; k < in->n_operands; k++)
+			operands[at++] = in->operands[k]->index;
+	}
+	first[n] = at;
+	struct fusion_program p = {n, ops, elements, first, operands, held};
+	return fusion_decide(&p, fused_into, a);
+}

@@ -14,6 +14,7 @@
 #include "arena.h"
 #include "dtype.h"
 #include "graph.h"
+#include "hlo.h"
 #include "podemu.pb-c.h"
 #include "status.h"
 
@@ -40,6 +41,14 @@ struct fusion_program {
 
 /* fused_into as below for any program; the number of fused nodes, or -1 out of memory. */
 int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena *a);
+
+/*
+ * The fusions of computation c (held: values that need a buffer of their own): fused_into[i]
+ * is the instruction whose kernel computes instruction i, or -1 (all -1 when !on). Returns
+ * the number fused, or -1 when out of memory.
+ */
+int fusion_computation(const struct hlo_computation *c, bool on, const bool *held, int *fused_into,
+                       struct arena *a);
 
 /*
  * Checks fused_into as an agent receives it: every fused node is elementwise and fused into a

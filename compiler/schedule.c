@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "layout.h"
 
 /* What the delaying pass knows about the program. */
 struct sched_ctx {
@@ -241,4 +242,88 @@ Podemu__Graph *schedule_apply(const Podemu__Graph *g, const struct schedule *s,
 	out->nodes = nodes;
 	out->outputs = outputs;
 	return out;
+}
+
+static bool is(const struct hlo_instruction *in, const char *op)
+{
+	return strcmp(in->opcode, op) == 0;
+}
+
+static bool is_any(const struct hlo_instruction *in, const char *const *ops)
+{
+	for (; *ops != NULL; ops++)
+		if (is(in, *ops))
+			return true;
+	return false;
+}
+
+int schedule_computation(const struct hlo_computation *c, const struct combining *groups, bool on,
+                         bool tiled, int *order, int *n_delayed, struct arena *a, struct status *st)
+{
+	static const char *const pinned[] = {"all-gather",
+	                                     "all-gather-start",
+	                                     "all-gather-done",
+	                                     "all-reduce",
+	                                     "all-reduce-start",
+	                                     "all-reduce-done",
+	                                     "reduce-scatter",
+	                                     "all-to-all",
+	                                     "collective-permute",
+	                                     "collective-permute-start",
+	                                     "collective-permute-done",
+	                                     "send",
+	                                     "send-done",
+	                                     "recv",
+	                                     "recv-done",
+	                                     "infeed",
+	                                     "outfeed",
+	                                     "rng",
+	                                     "custom-call",
+	                                     "while",
+	                                     "conditional",
+	                                     "call",
+	                                     NULL};
+	int n = c->n_instructions, total = 0;
+	for (int i = 0; i < n; i++)
+		total += c->instructions[i]->n_operands;
+	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
+	int64_t *bytes = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
+	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
+	int *operands = arena_calloc(a, (size_t)total + 1, sizeof(int));
+	int *alias_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	bool *held = arena_calloc(a, (size_t)n + 1, sizeof(bool));
+	if (!ops || !bytes || !first || !operands || !alias_of || !held)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0, at = 0; i < n; i++) {
+		const struct hlo_instruction *in = c->instructions[i];
+		bool plumbing = is(in, "tuple") || is(in, "get-tuple-element") || is(in, "bitcast");
+		ops[i] = in->parameter_number >= 0                                 ? OP_PARAMETER
+		         : is(in, "opt-barrier") || is(in, "optimization-barrier") ? OP_OPT_BARRIER
+		         : is_any(in, pinned) ? OP_ALL_REDUCE /* keeps its place */
+		         : plumbing           ? OP_GET_TUPLE_ELEMENT
+		                              : opcode_parse(in->opcode);
+		bytes[i] =
+		    plumbing || ops[i] == OP_OPT_BARRIER ? 0 : layout_bytes(&in->shape, tiled);
+		alias_of[i] = -1;
+		if (is(in, "bitcast") && in->n_operands == 1)
+			alias_of[i] = in->operands[0]->index;
+		if (is(in, "get-tuple-element") && in->n_operands == 1 && in->has_index &&
+		    (is(in->operands[0], "tuple") || is(in->operands[0], "opt-barrier") ||
+		     is(in->operands[0], "optimization-barrier")) &&
+		    in->tuple_index < in->operands[0]->n_operands)
+			alias_of[i] = in->operands[0]->operands[in->tuple_index]->index;
+		/* The result's tuple only holds the outputs: it is no consumer to move next to. */
+		first[i] = at;
+		for (int k = 0; in != c->root && k < in->n_operands; k++)
+			operands[at++] = in->operands[k]->index;
+		first[i + 1] = at;
+	}
+	held[c->root->index] = true;
+	if (is(c->root, "tuple"))
+		for (int k = 0; k < c->root->n_operands; k++)
+			held[c->root->operands[k]->index] = true;
+	/* Combined collectives stay with their group. */
+	struct sched_program p = {n, ops, bytes, first, operands, alias_of, held};
+	return schedule_delays(&p, groups->leader, groups->next, groups->hoist, on, order,
+	                       n_delayed, a, st);
 }

@@ -13,8 +13,10 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "combine.h"
 #include "dtype.h"
 #include "graph.h"
+#include "hlo.h"
 #include "podemu.pb-c.h"
 #include "status.h"
 
@@ -52,6 +54,16 @@ struct sched_program {
 int schedule_delays(const struct sched_program *p, const int *leader, const int *next,
                     const int *hoist, bool memory_aware, int *order, int *n_delayed,
                     struct arena *a, struct status *st);
+
+/*
+ * The order of computation c: order[k] is the instruction run k-th. Collectives, parameters,
+ * control flow, custom-calls and tuple plumbing keep their places (groups' members run right
+ * after their first); an unknown op is a computation that may be delayed (memory_aware).
+ * Values are sized in the TPU layout when tiled. *n_delayed counts what moved.
+ */
+int schedule_computation(const struct hlo_computation *c, const struct combining *groups,
+                         bool memory_aware, bool tiled, int *order, int *n_delayed, struct arena *a,
+                         struct status *st);
 
 /*
  * g with its nodes in s's order: node k is g's node s->order[k], operands, tuple sources and
