@@ -100,9 +100,19 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 			                  (long long)s->prog->temp_bytes);
 		return ST_OK;
 	case PODEMU__BUFFER_KIND__BUFFER_ALIAS:
-		if (op != OP_GET_TUPLE_ELEMENT || b->alias_of < 0 || (size_t)b->alias_of >= i)
-			break;
-		return ST_OK;
+		if (op == OP_GET_TUPLE_ELEMENT && b->alias_of >= 0 && (size_t)b->alias_of < i)
+			return ST_OK;
+		/*
+		 * A value computed into a later output's buffer, which works on it in place: the
+		 * output exists before the step runs and is at least as large.
+		 */
+		if (op != OP_PARAMETER && op != OP_OPT_BARRIER && op != OP_GET_TUPLE_ELEMENT &&
+		    b->alias_of >= 0 && (size_t)b->alias_of > i &&
+		    (size_t)b->alias_of < s->prog->n_buffers &&
+		    s->prog->buffers[b->alias_of]->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT &&
+		    s->prog->buffers[b->alias_of]->bytes >= bytes)
+			return ST_OK;
+		break;
 	case PODEMU__BUFFER_KIND__BUFFER_NONE:
 		if (op != OP_OPT_BARRIER)
 			break;

@@ -135,17 +135,20 @@ static int by_size(const void *x, const void *y, void *arg)
 	return a < b ? 1 : a > b ? -1 : *(const int *)x - *(const int *)y;
 }
 /*
- * In-place reuse, as XLA's buffer assignment does it: an elementwise instruction takes the
- * temporary holding an operand that it alone reads (made by that operand, or taken in place by
- * it in turn), when the sizes match. The buffer index, or -1.
+ * In-place reuse, as XLA's buffer assignment does it: an elementwise instruction (or a
+ * dynamic-update-slice, of its operand 0) takes the temporary holding an operand that it alone
+ * reads (made by that operand, or taken in place by it in turn), when the sizes match. The
+ * buffer index, or -1.
  */
 static int in_place_buffer(const struct memplan *p, const struct hlo_instruction *in,
                            const struct refs *refs, const int *uses, const int *taken,
                            const struct memplan_options *o)
 {
-	if (in->shape.type == HT_TUPLE || !opcode_is_elementwise(opcode_parse(in->opcode)))
+	enum opcode code = opcode_parse(in->opcode);
+	bool update = code == OP_DYNAMIC_UPDATE_SLICE; /* writes into its operand 0 */
+	if (in->shape.type == HT_TUPLE || (!opcode_is_elementwise(code) && !update))
 		return -1;
-	for (int k = 0; k < in->n_operands; k++) {
+	for (int k = 0; k < (update ? 1 : in->n_operands); k++) {
 		const struct hlo_instruction *op = in->operands[k];
 		const struct refs *from = &refs[op->index];
 		int times = 0;
@@ -516,8 +519,12 @@ static int assign_value(struct builder *b, struct comp_state *x, int k,
 		return one_ref(
 		    b, r, o->no_alias ? new_buffer(b, in, &in->shape, BUF_TEMP, x->at[i]) : padded);
 	}
-	if (!x->held[i] && (reuse = in_place_buffer(out, in, x->refs, x->uses, x->taken, o)) >= 0) {
-		/* An elementwise result in the bytes of an operand that dies here. */
+	if ((x->entry || !x->held[i]) &&
+	    (reuse = in_place_buffer(out, in, x->refs, x->uses, x->taken, o)) >= 0) {
+		/*
+		 * A result in the bytes of an operand that dies here; an entry output too (the
+		 * operand is then computed into the output's buffer).
+		 */
 		x->taken[i] = reuse;
 		out->n_in_place++;
 		return one_ref(b, r, reuse);

@@ -33,10 +33,14 @@ static int check_outputs(const Podemu__Graph *g, int *root, int *output_of, stru
 	return ST_OK;
 }
 
-/* Node i's assignment from the compiler's buffers; position maps nodes to scheduled places. */
+/*
+ * Node i's assignment from the compiler's buffers; position maps nodes to scheduled places,
+ * holder[buffer] names the output node whose device buffer it is (or -1).
+ */
 static int assignment(Podemu__BufferAssignment *b, const Podemu__Graph *g, int i,
                       const struct memplan *mp, const int *position, const int *output_of,
-                      const uint64_t *output_handles, const struct shape *shapes, struct status *st)
+                      const int *holder, const uint64_t *output_handles, const struct shape *shapes,
+                      struct status *st)
 {
 	podemu__buffer_assignment__init(b);
 	enum opcode op = opcode_parse(g->nodes[i]->opcode);
@@ -56,6 +60,10 @@ static int assignment(Podemu__BufferAssignment *b, const Podemu__Graph *g, int i
 	} else if (op == OP_GET_TUPLE_ELEMENT) {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
 		b->alias_of = position[buf->def->index];
+	} else if (buf->kind == BUF_OUTPUT && output_of[i] < 0) {
+		/* Computed into the buffer of the output that then works on it in place. */
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
+		b->alias_of = position[holder[vb]];
 	} else if (buf->kind == BUF_OUTPUT) {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_OUTPUT;
 		b->handle = output_handles[output_of[i]];
@@ -107,13 +115,22 @@ int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
 			j++;
 		}
 	out->order = identity ? NULL : order;
+	int *holder = arena_calloc(a, (size_t)mp.n_buffers + 1, sizeof(int));
+	if (holder == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; k < mp.n_buffers; k++)
+		holder[k] = -1;
+	for (int i = 0; i < n; i++)
+		if (output_of[i] >= 0 && mp.value_buffer[i] >= 0)
+			holder[mp.value_buffer[i]] = i;
 	for (int i = 0; i < n; i++) {
 		int r = mp.fused_into[i];
 		out->fused_into[position[i]] = r >= 0 ? position[r] : -1;
 		Podemu__BufferAssignment *b = arena_alloc(a, sizeof(*b));
 		if (b == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		rv = assignment(b, g, i, &mp, position, output_of, output_handles, shapes, st);
+		rv = assignment(b, g, i, &mp, position, output_of, holder, output_handles, shapes,
+		                st);
 		if (rv != ST_OK)
 			return rv;
 		out->plan.buffers[position[i]] = b;
