@@ -285,7 +285,8 @@ int schedule_computation(const struct hlo_computation *c, const struct combining
 	                                     NULL};
 	int n = c->n_instructions, total = 0;
 	for (int i = 0; i < n; i++)
-		total += c->instructions[i]->n_operands;
+		total +=
+		    c->instructions[i]->n_operands + c->instructions[i]->n_control_predecessors;
 	enum opcode *ops = arena_calloc(a, (size_t)n + 1, sizeof(enum opcode));
 	int64_t *bytes = arena_calloc(a, (size_t)n + 1, sizeof(int64_t));
 	int *first = arena_calloc(a, (size_t)n + 2, sizeof(int));
@@ -312,10 +313,15 @@ int schedule_computation(const struct hlo_computation *c, const struct combining
 		     is(in->operands[0], "optimization-barrier")) &&
 		    in->tuple_index < in->operands[0]->n_operands)
 			alias_of[i] = in->operands[0]->operands[in->tuple_index]->index;
-		/* The result's tuple only holds the outputs: it is no consumer to move next to. */
+		/*
+		 * The result's tuple only holds the outputs: it is no consumer to move next to. A
+		 * control predecessor orders like an operand: nothing moves past what waits for it.
+		 */
 		first[i] = at;
 		for (int k = 0; in != c->root && k < in->n_operands; k++)
 			operands[at++] = in->operands[k]->index;
+		for (int k = 0; k < in->n_control_predecessors; k++)
+			operands[at++] = in->control_predecessors[k]->index;
 		first[i + 1] = at;
 	}
 	held[c->root->index] = true;

@@ -495,6 +495,35 @@ static void plan_file(const char *name, struct memplan *p, struct status *st, in
 		fail_msg("%s: %s", name, st->message);
 }
 
+/* A control edge is kept: the memory-aware scheduler moves nothing past what waits for it. */
+static void test_control_predecessors_order(void **state)
+{
+	struct memplan p;
+	const char *text = "HloModule ctl\nENTRY main {\n"
+	                   "  p = f32[1024,1024] parameter(0)\n"
+	                   "  big = f32[1024,1024] iota(), iota_dimension=0\n"
+	                   "  t1 = f32[1024,1024] transpose(p), dimensions={1,0}\n"
+	                   "  t2 = f32[1024,1024] transpose(t1), dimensions={1,0}, "
+	                   "control-predecessors={big}\n"
+	                   "  s = f32[1024,1024] add(big, t2)\n"
+	                   "  ROOT r = (f32[1024,1024]) tuple(s)\n}\n";
+	plan(text, "v3-8", &p);
+	/* big runs before t2, however much later its value is read. */
+	int big = -1, t2 = -1;
+	for (int k = 0; k < p.n_instructions; k++) {
+		big = p.order[k] == 1 ? k : big;
+		t2 = p.order[k] == 3 ? k : t2;
+	}
+	assert_true(big < t2);
+	/* Without the edge, big moves next to its reader. */
+	char *free_text = strdup(text);
+	char *edge = strstr(free_text, ", control-predecessors={big}");
+	memset(edge, ' ', strlen(", control-predecessors={big}"));
+	plan(free_text, "v3-8", &p);
+	free(free_text);
+	assert_true(p.n_delayed > 0);
+}
+
 /* The figures worked out by hand in each module's comment. */
 static void test_plan_modules(void **state)
 {
@@ -547,6 +576,7 @@ int main(void)
 	    cmocka_unit_test(test_plan_memory_aware_order),
 	    cmocka_unit_test(test_plan_out_of_memory),
 	    cmocka_unit_test(test_plan_modules),
+	    cmocka_unit_test(test_control_predecessors_order),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
