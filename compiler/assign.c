@@ -13,6 +13,7 @@ static int oom(struct builder *b)
 {
 	return status_set(b->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 }
+
 /* Bytes rounded up to the heap's alignment, saturating; an empty buffer still takes one unit. */
 static int64_t aligned(int64_t bytes, int64_t alignment)
 {
@@ -21,6 +22,7 @@ static int64_t aligned(int64_t bytes, int64_t alignment)
 	bytes = layout_add(bytes > 0 ? bytes : 1, alignment - 1);
 	return bytes / alignment * alignment;
 }
+
 static int new_buffer(struct builder *b, const struct hlo_instruction *def,
                       const struct hlo_shape *s, enum buffer_kind kind, int at)
 {
@@ -49,6 +51,7 @@ static int new_buffer(struct builder *b, const struct hlo_instruction *def,
 	buf->last = at;
 	return b->p->n_buffers++;
 }
+
 /* XLA's tuple index table: one 8-byte pointer per element, a buffer of its own. */
 static int tuple_table(struct builder *b, const struct hlo_instruction *in, enum buffer_kind kind,
                        int at)
@@ -63,6 +66,7 @@ static int tuple_table(struct builder *b, const struct hlo_instruction *in, enum
 	}
 	return id;
 }
+
 /*
  * One buffer per element of a tuple shape (so get-tuple-element can name one), else one; the
  * elements from `from` on (0: all), the first ones taken from keep (NULL: none).
@@ -88,26 +92,18 @@ static int define_from(struct builder *b, const struct hlo_instruction *in, enum
 		return -1;
 	return 0;
 }
+
 static int define(struct builder *b, const struct hlo_instruction *in, enum buffer_kind kind,
                   int at, struct refs *out)
 {
 	return define_from(b, in, kind, at, NULL, out);
 }
-static bool is(const struct hlo_instruction *in, const char *op)
-{
-	return strcmp(in->opcode, op) == 0;
-}
-static bool is_any(const struct hlo_instruction *in, const char *const *ops)
-{
-	for (; *ops != NULL; ops++)
-		if (is(in, *ops))
-			return true;
-	return false;
-}
+
 static int64_t value_bytes(const struct hlo_shape *s)
 {
 	return layout_bytes(s, false);
 }
+
 /* What one core sends in a collective, nccl-tests' way of counting. */
 static int64_t sent_by(const struct hlo_instruction *in, int n)
 {
@@ -118,22 +114,24 @@ static int64_t sent_by(const struct hlo_instruction *in, int n)
 	    in->shape.type == HT_TUPLE && in->shape.n_tuple > 1 ? &in->shape.tuple[1] : &in->shape;
 	int64_t out = value_bytes(result);
 	int64_t operand = in->n_operands > 0 ? value_bytes(&in->operands[0]->shape) : 0;
-	if (is(in, "all-gather") || is(in, "all-gather-start") || is(in, "all-to-all"))
+	if (hlo_is(in, "all-gather") || hlo_is(in, "all-gather-start") || hlo_is(in, "all-to-all"))
 		return out / n * (n - 1);
-	if (is(in, "all-reduce") || is(in, "all-reduce-start"))
+	if (hlo_is(in, "all-reduce") || hlo_is(in, "all-reduce-start"))
 		return out / n * 2 * (n - 1);
-	if (is(in, "reduce-scatter"))
+	if (hlo_is(in, "reduce-scatter"))
 		return operand / n * (n - 1);
-	if (is(in, "collective-permute") || is(in, "collective-permute-start"))
+	if (hlo_is(in, "collective-permute") || hlo_is(in, "collective-permute-start"))
 		return operand;
 	return 0;
 }
+
 static int by_size(const void *x, const void *y, void *arg)
 {
 	const struct plan_buffer *buffers = arg;
 	int64_t a = buffers[*(const int *)x].bytes, b = buffers[*(const int *)y].bytes;
 	return a < b ? 1 : a > b ? -1 : *(const int *)x - *(const int *)y;
 }
+
 /*
  * In-place reuse, as XLA's buffer assignment does it: an elementwise instruction (or a
  * dynamic-update-slice, of its operand 0) takes the temporary holding an operand that it alone
@@ -165,23 +163,27 @@ static int in_place_buffer(const struct memplan *p, const struct hlo_instruction
 	}
 	return -1;
 }
+
 /* Instructions whose value is their operands' buffers, with nothing of their own. */
 static bool forwards(const struct hlo_instruction *in)
 {
 	static const char *const ops[] = {"bitcast",        "opt-barrier", "optimization-barrier",
 	                                  "add-dependency", "domain",      NULL};
-	return is_any(in, ops);
+	return hlo_is_any(in, ops);
 }
+
 static bool is_async_start(const struct hlo_instruction *in)
 {
 	size_t n = strlen(in->opcode);
 	return n > 6 && strcmp(in->opcode + n - 6, "-start") == 0;
 }
+
 static bool is_async_done(const struct hlo_instruction *in)
 {
 	size_t n = strlen(in->opcode);
 	return n > 5 && strcmp(in->opcode + n - 5, "-done") == 0;
 }
+
 static int plan_callee(struct builder *b, const struct hlo_computation *c, int depth);
 
 /*
@@ -195,11 +197,11 @@ static int call_extra(struct builder *b, const struct hlo_instruction *in, int d
 {
 	*extra = 0;
 	*callee = NULL;
-	if (is(in, "fusion") || is(in, "custom-call"))
+	if (hlo_is(in, "fusion") || hlo_is(in, "custom-call"))
 		return ST_OK;
 	for (int k = 0; k < in->n_calls; k++) {
 		const struct hlo_call *call = &in->calls[k];
-		if (call->role == CALL_TO_APPLY && !is(in, "call"))
+		if (call->role == CALL_TO_APPLY && !hlo_is(in, "call"))
 			continue;
 		int index = -1;
 		for (int j = 0; j < b->m->n_computations; j++)
@@ -217,6 +219,7 @@ static int call_extra(struct builder *b, const struct hlo_instruction *in, int d
 	}
 	return ST_OK;
 }
+
 /* The parameter that output leaf q may take the bytes of (input_output_alias), or -1. */
 static int aliased_parameter(const struct hlo_module *m, const struct hlo_instruction *root, int q)
 {
@@ -229,6 +232,7 @@ static int aliased_parameter(const struct hlo_module *m, const struct hlo_instru
 	}
 	return -1;
 }
+
 /*
  * XLA's buffer assignment of the entry's result: every leaf is an output buffer of its own. A
  * leaf that input_output_alias (or buffer_donor, for a parameter of the same size) gives a
@@ -308,6 +312,7 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 		return oom(b);
 	return ST_OK;
 }
+
 /*
  * The heap of computation c: its temporaries and constants, and at each position the scratch
  * of its collectives and the heap of the callee running there, placed by heap_place; offsets
@@ -339,6 +344,7 @@ static int64_t place(struct builder *b, const struct hlo_computation *c, const i
 			out->buffers[blocks[q].id].offset = blocks[q].offset;
 	return size;
 }
+
 /* What planning one computation keeps per instruction. */
 struct comp_state {
 	const struct hlo_computation *c;
@@ -402,7 +408,7 @@ static int prepare(struct builder *b, struct comp_state *x, struct comp_result *
 			x->uses[c->instructions[i]->operands[k]->index]++;
 	}
 	x->held[c->root->index] = true;
-	if (c->root->shape.type == HT_TUPLE && is(c->root, "tuple"))
+	if (c->root->shape.type == HT_TUPLE && hlo_is(c->root, "tuple"))
 		for (int k = 0; k < c->root->n_operands; k++)
 			x->held[c->root->operands[k]->index] = true;
 	int fused = fusion_computation(c, !o->no_fusion, x->held, x->fused_into, a);
@@ -466,18 +472,18 @@ static int assign_value(struct builder *b, struct comp_state *x, int k,
 					out->buffers[j].bytes = out->buffers[j].unpadded_bytes = 0;
 		return ST_OK;
 	}
-	if (is(in, "constant"))
+	if (hlo_is(in, "constant"))
 		return define(b, in, BUF_CONSTANT, 0, r) != 0 ? oom(b) : ST_OK;
-	if (forwards(in) || is(in, "tuple")) {
+	if (forwards(in) || hlo_is(in, "tuple")) {
 		/* No memory of its own but a tuple's index table: the operands' buffers. */
 		if (concat_operands(b, x, in, r) != ST_OK)
 			return ST_RESOURCE_EXHAUSTED;
-		if (is(in, "tuple") && !(x->entry && in == c->root) &&
+		if (hlo_is(in, "tuple") && !(x->entry && in == c->root) &&
 		    tuple_table(b, in, BUF_TEMP, k) < 0)
 			return oom(b);
 		return ST_OK;
 	}
-	if (is(in, "get-tuple-element")) {
+	if (hlo_is(in, "get-tuple-element")) {
 		const struct hlo_instruction *t = in->operands[0];
 		const struct refs *from = &x->refs[t->index];
 		*r = *from;
@@ -503,7 +509,7 @@ static int assign_value(struct builder *b, struct comp_state *x, int k,
 		x->split[i] = keep.n;
 		return define_from(b, in, BUF_TEMP, x->at[i], &keep, r) != 0 ? oom(b) : ST_OK;
 	}
-	if (o->all_gather != AG_NATIVE && is(in, "all-gather") && in->shape.type != HT_TUPLE) {
+	if (o->all_gather != AG_NATIVE && hlo_is(in, "all-gather") && in->shape.type != HT_TUPLE) {
 		/*
 		 * The output-sized zeros holding this core's input (pad, or broadcast +
 		 * dynamic-update-slice in place), then an all-reduce of it: in place, or into a
@@ -561,16 +567,16 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	if ((rv = call_extra(b, in, depth, &extra, &res->callee_at[at])) != ST_OK)
 		return rv;
 	x->scratch[at] = layout_add(x->scratch[at], extra);
-	if (!is_any(in, collectives))
+	if (!hlo_is_any(in, collectives))
 		return ST_OK;
 	int size;
 	if (verify_collective(in, out->world_size, &b->groups, &size, b->st) != ST_OK)
 		return ST_INVALID_ARGUMENT;
 	bool rewritten =
-	    o->all_gather != AG_NATIVE && is(in, "all-gather") && in->shape.type != HT_TUPLE;
+	    o->all_gather != AG_NATIVE && hlo_is(in, "all-gather") && in->shape.type != HT_TUPLE;
 	/* A rewritten all-gather is an all-reduce of the output-sized buffer. */
 	int64_t reduced = rewritten ? value_bytes(&in->shape)
-	                  : is_any(in, reducing) && in->n_operands > 0
+	                  : hlo_is_any(in, reducing) && in->n_operands > 0
 	                      ? value_bytes(&in->operands[0]->shape)
 	                      : 0;
 	int64_t sent = rewritten && size > 1 ? reduced / size * 2 * (size - 1) : sent_by(in, size);
@@ -698,6 +704,7 @@ int assign_peak_set(struct builder *b, const struct hlo_computation *c,
 	qsort_r(*list, (size_t)*n_list, sizeof(int), by_size, out->buffers);
 	return ST_OK;
 }
+
 /* Plans a called computation once: its extra bytes and the buffers live at its peak. */
 static int plan_callee(struct builder *b, const struct hlo_computation *c, int depth)
 {

@@ -4,15 +4,11 @@
 
 #include "layout.h"
 
-static bool is(const struct hlo_instruction *in, const char *op)
-{
-	return strcmp(in->opcode, op) == 0;
-}
-
 static bool is_combining_kind(const struct hlo_instruction *in)
 {
 	return in->shape.type != HT_TUPLE &&
-	       (is(in, "all-gather") || is(in, "reduce-scatter") || is(in, "all-reduce"));
+	       (hlo_is(in, "all-gather") || hlo_is(in, "reduce-scatter") ||
+	        hlo_is(in, "all-reduce"));
 }
 
 static bool same_text(const char *a, const char *b)
@@ -23,7 +19,7 @@ static bool same_text(const char *a, const char *b)
 /* Whether two collectives could be one combined op. */
 static bool alike(const struct hlo_instruction *a, const struct hlo_instruction *b)
 {
-	return is(a, b->opcode) && a->shape.type == b->shape.type &&
+	return hlo_is(a, b->opcode) && a->shape.type == b->shape.type &&
 	       a->n_dimensions == b->n_dimensions &&
 	       (a->n_dimensions == 0 || memcmp(a->dimensions, b->dimensions,
 	                                       (size_t)a->n_dimensions * sizeof(int64_t)) == 0) &&
@@ -33,7 +29,7 @@ static bool alike(const struct hlo_instruction *a, const struct hlo_instruction 
 
 static bool is_barrier(const struct hlo_instruction *in)
 {
-	return is(in, "opt-barrier") || is(in, "optimization-barrier");
+	return hlo_is(in, "opt-barrier") || hlo_is(in, "optimization-barrier");
 }
 
 int combine_collectives(struct combining *out, const struct hlo_computation *c, int64_t threshold,

@@ -48,6 +48,19 @@ int64_t graph_shape_bytes(const struct shape *s, bool tiled)
 	return layout_bytes(&h, tiled);
 }
 
+/* in's shape: the tuple of its operands' shapes (the root, an opt-barrier). */
+static int tuple_of_operands(struct hlo_instruction *in, struct arena *a)
+{
+	in->shape.type = HT_TUPLE;
+	in->shape.n_tuple = in->n_operands;
+	in->shape.tuple = arena_calloc(a, (size_t)in->n_operands + 1, sizeof(struct hlo_shape));
+	if (in->shape.tuple == NULL)
+		return -1;
+	for (int k = 0; k < in->n_operands; k++)
+		in->shape.tuple[k] = in->operands[k]->shape;
+	return 0;
+}
+
 /* The groups a collective runs over, as XLA writes them ("{{0,1},{2,3}}"), or NULL: all. */
 static int groups_text(const char **out, const Podemu__Graph *g, const Podemu__Node *n, int index,
                        int world, struct arena *a, struct status *st)
@@ -127,14 +140,8 @@ int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct
 			in->opcode = "tuple";
 			in->name = "outputs";
 			in->is_root = true;
-			in->shape.type = HT_TUPLE;
-			in->shape.n_tuple = in->n_operands;
-			in->shape.tuple =
-			    arena_calloc(a, (size_t)in->n_operands + 1, sizeof(struct hlo_shape));
-			if (in->shape.tuple == NULL)
+			if (tuple_of_operands(in, a) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			for (int k = 0; k < in->n_operands; k++)
-				in->shape.tuple[k] = in->operands[k]->shape;
 			c->root = in;
 			continue;
 		}
@@ -147,14 +154,8 @@ int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct
 		if (in->name == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		if (shapes[i].tuple) { /* an opt-barrier: the tuple of its operands */
-			in->shape.type = HT_TUPLE;
-			in->shape.n_tuple = in->n_operands;
-			in->shape.tuple =
-			    arena_calloc(a, (size_t)in->n_operands + 1, sizeof(struct hlo_shape));
-			if (in->shape.tuple == NULL)
+			if (tuple_of_operands(in, a) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			for (int k = 0; k < in->n_operands; k++)
-				in->shape.tuple[k] = in->operands[k]->shape;
 		} else if (array_shape(&in->shape, &shapes[i], a) != 0) {
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		}

@@ -541,6 +541,19 @@ static int computation(struct reader *r, struct hlo_computation **out)
 	return ST_OK;
 }
 
+bool hlo_is(const struct hlo_instruction *in, const char *op)
+{
+	return strcmp(in->opcode, op) == 0;
+}
+
+bool hlo_is_any(const struct hlo_instruction *in, const char *const *ops)
+{
+	for (; *ops != NULL; ops++)
+		if (hlo_is(in, *ops))
+			return true;
+	return false;
+}
+
 struct hlo_computation *hlo_find_computation(const struct hlo_module *m, const char *name)
 {
 	name = hlo_bare(name);

@@ -196,6 +196,10 @@ struct hlo_module {
 int hlo_parse(const char *text, size_t len, struct arena *a, struct hlo_module *out,
               struct status *st);
 
+/* Whether in's opcode is op, or any of ops (NULL-terminated). */
+bool hlo_is(const struct hlo_instruction *in, const char *op);
+bool hlo_is_any(const struct hlo_instruction *in, const char *const *ops);
+
 /* The computation of that name (with or without '%'), or NULL. */
 struct hlo_computation *hlo_find_computation(const struct hlo_module *m, const char *name);
 

@@ -7,11 +7,6 @@
 #include "graph.h"
 #include "hlo_reader.h"
 
-static bool is(const struct hlo_instruction *in, const char *op)
-{
-	return strcmp(in->opcode, op) == 0;
-}
-
 /* Element k of a tuple operand, or the operand itself when it is not a tuple. */
 static const struct hlo_shape *element(const struct hlo_shape *s, int k)
 {
@@ -23,7 +18,7 @@ int hlo_infer_shape(struct reader *r, struct hlo_instruction *in)
 	const char *at = reader_line_start(r, in->line) + in->column - 1;
 	const struct hlo_shape *first = in->n_operands > 0 ? &in->operands[0]->shape : NULL;
 	enum opcode op = opcode_parse(in->opcode);
-	if (is(in, "get-tuple-element")) {
+	if (hlo_is(in, "get-tuple-element")) {
 		if (first == NULL || first->type != HT_TUPLE || !in->has_index ||
 		    in->tuple_index >= first->n_tuple)
 			return reader_fail(r, at,
@@ -31,7 +26,7 @@ int hlo_infer_shape(struct reader *r, struct hlo_instruction *in)
 			                   "index within it",
 			                   in->name);
 		in->shape = first->tuple[in->tuple_index];
-	} else if (is(in, "tuple")) {
+	} else if (hlo_is(in, "tuple")) {
 		in->shape = (struct hlo_shape){.type = HT_TUPLE, .n_tuple = in->n_operands};
 		in->shape.tuple =
 		    arena_calloc(r->a, (size_t)in->n_operands + 1, sizeof(struct hlo_shape));
@@ -39,27 +34,28 @@ int hlo_infer_shape(struct reader *r, struct hlo_instruction *in)
 			return reader_fail(r, at, "out of host memory");
 		for (int k = 0; k < in->n_operands; k++)
 			in->shape.tuple[k] = in->operands[k]->shape;
-	} else if (is(in, "after-all")) {
+	} else if (hlo_is(in, "after-all")) {
 		in->shape = (struct hlo_shape){.type = HT_TOKEN};
-	} else if (first != NULL &&
-	           (is(in, "copy") || is(in, "opt-barrier") || is(in, "optimization-barrier") ||
-	            is(in, "while") || is(in, "add-dependency") || is(in, "domain") ||
-	            is(in, "all-reduce-done") ||
-	            (op != OP_CONVERT && op != OP_COMPARE && op != OP_SELECT &&
-	             opcode_is_elementwise(op)))) {
-		in->shape = is(in, "all-reduce-done") ? *element(first, 1) : *first;
-	} else if (first != NULL && is(in, "compare")) {
+	} else if (first != NULL && (hlo_is(in, "copy") || hlo_is(in, "opt-barrier") ||
+	                             hlo_is(in, "optimization-barrier") || hlo_is(in, "while") ||
+	                             hlo_is(in, "add-dependency") || hlo_is(in, "domain") ||
+	                             hlo_is(in, "all-reduce-done") ||
+	                             (op != OP_CONVERT && op != OP_COMPARE && op != OP_SELECT &&
+	                              opcode_is_elementwise(op)))) {
+		in->shape = hlo_is(in, "all-reduce-done") ? *element(first, 1) : *first;
+	} else if (first != NULL && hlo_is(in, "compare")) {
 		in->shape = *first;
 		in->shape.type = HT_PRED;
 		in->shape.has_layout = false;
 		in->shape.n_tiles = 0;
 		in->shape.element_bits = 0;
-	} else if (in->n_operands == 3 && is(in, "select")) {
+	} else if (in->n_operands == 3 && hlo_is(in, "select")) {
 		in->shape = in->operands[1]->shape;
-	} else if (first != NULL && (is(in, "all-gather-done") ||
-	                             is(in, "collective-permute-done") || is(in, "async-done"))) {
+	} else if (first != NULL &&
+	           (hlo_is(in, "all-gather-done") || hlo_is(in, "collective-permute-done") ||
+	            hlo_is(in, "async-done"))) {
 		in->shape = *element(first, 1);
-	} else if (first != NULL && is(in, "copy-done")) {
+	} else if (first != NULL && hlo_is(in, "copy-done")) {
 		in->shape = *element(first, 0);
 	} else {
 		return reader_fail(r, at,

@@ -16,12 +16,14 @@ int ag_strategy_parse(const char *name)
 			return i;
 	return -1;
 }
+
 const char *ag_strategy_name(enum ag_strategy s)
 {
 	return s == AG_VIA_ALL_REDUCE ? "via-all-reduce"
 	       : s == AG_DECOMPOSED   ? "decomposed"
 	                              : "native";
 }
+
 int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
                   const struct memplan_options *o, struct arena *a, struct status *st)
 {

@@ -244,19 +244,6 @@ Podemu__Graph *schedule_apply(const Podemu__Graph *g, const struct schedule *s,
 	return out;
 }
 
-static bool is(const struct hlo_instruction *in, const char *op)
-{
-	return strcmp(in->opcode, op) == 0;
-}
-
-static bool is_any(const struct hlo_instruction *in, const char *const *ops)
-{
-	for (; *ops != NULL; ops++)
-		if (is(in, *ops))
-			return true;
-	return false;
-}
-
 int schedule_computation(const struct hlo_computation *c, const struct combining *groups, bool on,
                          bool tiled, int *order, int *n_delayed, struct arena *a, struct status *st)
 {
@@ -297,20 +284,22 @@ int schedule_computation(const struct hlo_computation *c, const struct combining
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int i = 0, at = 0; i < n; i++) {
 		const struct hlo_instruction *in = c->instructions[i];
-		bool plumbing = is(in, "tuple") || is(in, "get-tuple-element") || is(in, "bitcast");
-		ops[i] = in->parameter_number >= 0                                 ? OP_PARAMETER
-		         : is(in, "opt-barrier") || is(in, "optimization-barrier") ? OP_OPT_BARRIER
-		         : is_any(in, pinned) ? OP_ALL_REDUCE /* keeps its place */
-		         : plumbing           ? OP_GET_TUPLE_ELEMENT
-		                              : opcode_parse(in->opcode);
+		bool plumbing =
+		    hlo_is(in, "tuple") || hlo_is(in, "get-tuple-element") || hlo_is(in, "bitcast");
+		ops[i] = in->parameter_number >= 0 ? OP_PARAMETER
+		         : hlo_is(in, "opt-barrier") || hlo_is(in, "optimization-barrier")
+		             ? OP_OPT_BARRIER
+		         : hlo_is_any(in, pinned) ? OP_ALL_REDUCE /* keeps its place */
+		         : plumbing               ? OP_GET_TUPLE_ELEMENT
+		                                  : opcode_parse(in->opcode);
 		bytes[i] =
 		    plumbing || ops[i] == OP_OPT_BARRIER ? 0 : layout_bytes(&in->shape, tiled);
 		alias_of[i] = -1;
-		if (is(in, "bitcast") && in->n_operands == 1)
+		if (hlo_is(in, "bitcast") && in->n_operands == 1)
 			alias_of[i] = in->operands[0]->index;
-		if (is(in, "get-tuple-element") && in->n_operands == 1 && in->has_index &&
-		    (is(in->operands[0], "tuple") || is(in->operands[0], "opt-barrier") ||
-		     is(in->operands[0], "optimization-barrier")) &&
+		if (hlo_is(in, "get-tuple-element") && in->n_operands == 1 && in->has_index &&
+		    (hlo_is(in->operands[0], "tuple") || hlo_is(in->operands[0], "opt-barrier") ||
+		     hlo_is(in->operands[0], "optimization-barrier")) &&
 		    in->tuple_index < in->operands[0]->n_operands)
 			alias_of[i] = in->operands[0]->operands[in->tuple_index]->index;
 		/*
@@ -325,7 +314,7 @@ int schedule_computation(const struct hlo_computation *c, const struct combining
 		first[i + 1] = at;
 	}
 	held[c->root->index] = true;
-	if (is(c->root, "tuple"))
+	if (hlo_is(c->root, "tuple"))
 		for (int k = 0; k < c->root->n_operands; k++)
 			held[c->root->operands[k]->index] = true;
 	/* Combined collectives stay with their group. */

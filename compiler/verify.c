@@ -6,11 +6,6 @@
 
 #include "collective.h"
 
-static bool is(const struct hlo_instruction *in, const char *op)
-{
-	return strcmp(in->opcode, op) == 0;
-}
-
 static bool is_collective(const struct hlo_instruction *in)
 {
 	static const char *const ops[] = {
@@ -18,7 +13,7 @@ static bool is_collective(const struct hlo_instruction *in)
 	    "all-reduce-start",   "reduce-scatter",           "all-to-all",
 	    "collective-permute", "collective-permute-start", "collective-broadcast"};
 	for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
-		if (is(in, ops[k]))
+		if (hlo_is(in, ops[k]))
 			return true;
 	return false;
 }
@@ -30,7 +25,7 @@ static int check_groups(const struct hlo_instruction *in, const char *text, int 
 	char label[256];
 	snprintf(label, sizeof(label), "line %d: %s", in->line, in->name);
 	struct coll_groups resolved;
-	bool any_size = is(in, "all-reduce") || is(in, "all-reduce-start");
+	bool any_size = hlo_is(in, "all-reduce") || hlo_is(in, "all-reduce-start");
 	int rv = coll_groups_from_text(&resolved, text, world, any_size, label, st);
 	if (rv == ST_OK) {
 		*size = resolved.size[0];
@@ -42,7 +37,7 @@ static int check_groups(const struct hlo_instruction *in, const char *text, int 
 /* All-gather grows its dimension by the group size; reduce-scatter shrinks it by as much. */
 static int check_shape(const struct hlo_instruction *in, int size, struct status *st)
 {
-	bool gather = is(in, "all-gather"), scatter = is(in, "reduce-scatter");
+	bool gather = hlo_is(in, "all-gather"), scatter = hlo_is(in, "reduce-scatter");
 	if ((!gather && !scatter) || in->n_operands != 1 || in->shape.type == HT_TUPLE ||
 	    in->n_dimensions != 1)
 		return ST_OK;
@@ -92,7 +87,7 @@ int verify_module(const struct hlo_module *m, int world, struct status *st)
 			if (is_collective(in) &&
 			    verify_collective(in, world, &cache, &size, st) != ST_OK)
 				return ST_INVALID_ARGUMENT;
-			if (is(in, "get-tuple-element") &&
+			if (hlo_is(in, "get-tuple-element") &&
 			    (in->n_operands != 1 || !in->has_index ||
 			     in->operands[0]->shape.type != HT_TUPLE ||
 			     in->tuple_index >= in->operands[0]->shape.n_tuple))
@@ -102,7 +97,7 @@ int verify_module(const struct hlo_module *m, int world, struct status *st)
 				    "range for %s",
 				    in->line, in->name, (long long)in->tuple_index,
 				    in->n_operands > 0 ? in->operands[0]->name : "nothing");
-			if (is(in, "tuple") && in->shape.type == HT_TUPLE &&
+			if (hlo_is(in, "tuple") && in->shape.type == HT_TUPLE &&
 			    in->shape.n_tuple != in->n_operands)
 				return status_set(
 				    st, ST_INVALID_ARGUMENT,

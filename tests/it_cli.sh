@@ -3,17 +3,8 @@
 # figures of pytorch/xla issue 3510. Usage: it_cli.sh BIN_DIR
 set -euo pipefail
 bin="$1"
-state=$(mktemp -d /tmp/podemu-cli-XXXXXX)
-cleanup() {
-	"$bin/podemu" down --state-dir "$state" >/dev/null 2>&1 || true
-	rm -rf "$state"
-}
-trap cleanup EXIT
-pe() { "$bin/podemu" "$1" --state-dir "$state" "${@:2}"; }
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+name=cli
+source "$(dirname "$0")/pod_lib.sh"
 
 # Coordinator options pass through podemu up, and a bad one stops it with the coordinator's words.
 if pe up --hosts 1 --cores-per-host 1 --hbm 64M --window 0 --port 0 >"$state/window.txt" 2>&1; then

@@ -7,17 +7,8 @@
 set -euo pipefail
 bin="$1"
 hlo="$2"
-state=$(mktemp -d /tmp/podemu-agree-XXXXXX)
-cleanup() {
-	"$bin/podemu" down --state-dir "$state" >/dev/null 2>&1 || true
-	rm -rf "$state"
-}
-trap cleanup EXIT
-pe() { "$bin/podemu" "$1" --state-dir "$state" "${@:2}"; }
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+name=agree
+source "$(dirname "$0")/pod_lib.sh"
 
 # Modules that do not run on the pod, with the words of the refusal.
 declare -A refused=(
