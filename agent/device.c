@@ -177,8 +177,8 @@ static int device_locate(struct device *dev, uint64_t handle, int ordinal, int64
 int device_write(struct device *dev, uint64_t handle, int ordinal, int64_t offset, const void *data,
                  int64_t len, struct status *st)
 {
-	struct device_buffer *buf;
-	struct core *core;
+	struct device_buffer *buf = NULL; /* set when device_locate succeeds */
+	struct core *core = NULL;
 	pthread_mutex_lock(&dev->lock);
 	int rv = device_locate(dev, handle, ordinal, offset, len, &buf, &core, st);
 	if (rv == ST_OK && dev->backed && len > 0)
@@ -192,8 +192,8 @@ int device_read(struct device *dev, struct arena *a, uint64_t handle, int ordina
                 int64_t len, void **data, int64_t *got, int64_t *total, bool *backed,
                 struct status *st)
 {
-	struct device_buffer *buf;
-	struct core *core;
+	struct device_buffer *buf = NULL; /* set when device_locate succeeds */
+	struct core *core = NULL;
 	pthread_mutex_lock(&dev->lock);
 	int rv = device_locate(dev, handle, ordinal, offset, 0, &buf, &core, st);
 	if (rv != ST_OK)

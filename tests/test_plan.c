@@ -54,7 +54,7 @@ static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **st
 	gb_outputs(&b, outs, 1);
 	struct status st;
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	struct plan p;
+	struct plan p = {0};
 	uint64_t handles[] = {77};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_TEMP);
@@ -84,7 +84,7 @@ static void test_elementwise_ops_work_in_place(void **state)
 	gb_outputs(&b, outs, 1);
 	struct status st;
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	struct plan p;
+	struct plan p = {0};
 	uint64_t handles[] = {78};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_int_equal(p.buffers[1]->offset, p.buffers[0]->offset);
@@ -115,7 +115,7 @@ static void test_parameters_barriers_and_aliases(void **state)
 	gb_outputs(&b, outs, 1);
 	struct status st;
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	struct plan p;
+	struct plan p = {0};
 	uint64_t handles[] = {9};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_PARAMETER);
@@ -143,7 +143,7 @@ static void test_outputs_that_are_parameters_are_refused(void **state)
 	gb_outputs(&b, outs, 1);
 	struct status st;
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	struct plan p;
+	struct plan p = {0};
 	uint64_t handles[] = {9};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_INVALID_ARGUMENT);
 	assert_non_null(strstr(st.message, "is the parameter itself"));
@@ -165,7 +165,7 @@ static void test_all_gather_output_is_the_only_extra_memory(void **state)
 	gb_outputs(&b, outs, 1);
 	struct status st;
 	assert_int_equal(graph_check(&b.g, 8, shapes, &st), ST_OK);
-	struct plan p;
+	struct plan p = {0};
 	uint64_t handles[] = {2};
 	world = 8;
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
@@ -189,7 +189,7 @@ static void test_sizes_saturate(void **state)
 	gb_outputs(&b, outs, 2);
 	struct status st;
 	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
-	struct plan p;
+	struct plan p = {0};
 	uint64_t handles[] = {1, 2};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
 	assert_true(p.output_bytes >= LAYOUT_BYTES_CAP - HBM_ALIGNMENT);
