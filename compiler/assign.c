@@ -143,7 +143,10 @@ static int in_place_buffer(const struct memplan *p, const struct hlo_instruction
                            const struct memplan_options *o)
 {
 	enum opcode code = opcode_parse(in->opcode);
-	bool update = code == OP_DYNAMIC_UPDATE_SLICE; /* writes into its operand 0 */
+	/* Writes into its operand 0: an update, or a strategy's all-reduce (compiler/strategy.c).
+	 */
+	bool update =
+	    code == OP_DYNAMIC_UPDATE_SLICE || (code == OP_ALL_REDUCE && in->may_alias_operand);
 	if (in->shape.type == HT_TUPLE || (!opcode_is_elementwise(code) && !update))
 		return -1;
 	for (int k = 0; k < (update ? 1 : in->n_operands); k++) {
@@ -509,22 +512,6 @@ static int assign_value(struct builder *b, struct comp_state *x, int k,
 		x->split[i] = keep.n;
 		return define_from(b, in, BUF_TEMP, x->at[i], &keep, r) != 0 ? oom(b) : ST_OK;
 	}
-	if (o->all_gather != AG_NATIVE && hlo_is(in, "all-gather") && in->shape.type != HT_TUPLE) {
-		/*
-		 * The output-sized zeros holding this core's input (pad, or broadcast +
-		 * dynamic-update-slice in place), then an all-reduce of it: in place, or into a
-		 * buffer of its own with --no-alias.
-		 */
-		int padded = new_buffer(b, in, &in->shape, BUF_TEMP, x->at[i]);
-		if (padded < 0)
-			return oom(b);
-		out->buffers[padded].op = o->all_gather == AG_VIA_ALL_REDUCE
-		                              ? "pad (all-gather via all-reduce)"
-		                              : "dynamic-update-slice (decomposed all-gather)";
-		out->n_rewritten++;
-		return one_ref(
-		    b, r, o->no_alias ? new_buffer(b, in, &in->shape, BUF_TEMP, x->at[i]) : padded);
-	}
 	if ((x->entry || !x->held[i]) &&
 	    (reuse = in_place_buffer(out, in, x->refs, x->uses, x->taken, o)) >= 0) {
 		/*
@@ -572,14 +559,10 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	int size;
 	if (verify_collective(in, out->world_size, &b->groups, &size, b->st) != ST_OK)
 		return ST_INVALID_ARGUMENT;
-	bool rewritten =
-	    o->all_gather != AG_NATIVE && hlo_is(in, "all-gather") && in->shape.type != HT_TUPLE;
-	/* A rewritten all-gather is an all-reduce of the output-sized buffer. */
-	int64_t reduced = rewritten ? value_bytes(&in->shape)
-	                  : hlo_is_any(in, reducing) && in->n_operands > 0
+	int64_t reduced = hlo_is_any(in, reducing) && in->n_operands > 0
 	                      ? value_bytes(&in->operands[0]->shape)
 	                      : 0;
-	int64_t sent = rewritten && size > 1 ? reduced / size * 2 * (size - 1) : sent_by(in, size);
+	int64_t sent = sent_by(in, size);
 	out->sent_bytes = layout_add(out->sent_bytes, sent);
 	int64_t chunk = reduced < o->chunk_bytes ? reduced : o->chunk_bytes;
 	if (chunk > x->coll_scratch[at]) { /* a merged collective shares one chunk */

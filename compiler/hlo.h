@@ -158,6 +158,10 @@ struct hlo_instruction {
 	const char *custom_call_target; /* custom-call */
 	const char *operand_aliasing;   /* custom-call output_to_operand_aliasing, as written */
 	const char *execution_thread;   /* async_execution_thread, as written */
+
+	/* Set by compiler passes. */
+	bool may_alias_operand; /* an all-reduce that may write into its operand's bytes */
+	struct hlo_instruction *replaced_by; /* lowered into this one (compiler/strategy.c) */
 };
 
 /* The k-th computation of that role an instruction names, or NULL. */

@@ -8,23 +8,7 @@
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
 
-int ag_strategy_parse(const char *name)
-{
-	static const char *const names[] = {"native", "via-all-reduce", "decomposed"};
-	for (int i = 0; i < 3; i++)
-		if (strcmp(name, names[i]) == 0)
-			return i;
-	return -1;
-}
-
-const char *ag_strategy_name(enum ag_strategy s)
-{
-	return s == AG_VIA_ALL_REDUCE ? "via-all-reduce"
-	       : s == AG_DECOMPOSED   ? "decomposed"
-	                              : "native";
-}
-
-int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
+int memplan_build(struct memplan *out, struct hlo_module *m, const struct topology *topo,
                   const struct memplan_options *o, struct arena *a, struct status *st)
 {
 	memset(out, 0, sizeof(*out));
@@ -44,6 +28,10 @@ int memplan_build(struct memplan *out, const struct hlo_module *m, const struct 
 	if (b.callees == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	int rv = verify_module(m, out->world_size, st);
+	if (rv != ST_OK)
+		return rv;
+	rv = strategy_lower(m, o->all_gather, !o->no_alias, out->world_size, &out->n_rewritten, a,
+	                    st);
 	if (rv != ST_OK)
 		return rv;
 	struct comp_result res;

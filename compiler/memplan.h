@@ -14,6 +14,7 @@
 #include "arena.h"
 #include "hlo.h"
 #include "layout.h"
+#include "strategy.h"
 #include "status.h"
 #include "topology.h"
 
@@ -32,24 +33,11 @@ struct plan_buffer {
 	bool aliased;              /* an output in the bytes of a parameter (input_output_alias) */
 };
 
-/*
- * How an all-gather is carried out. native: received chunks go straight into the output.
- * via-all-reduce (torch_xla 1.10): the input is padded to the output shape with zeros, then
- * all-reduced (sum). decomposed (XLA's AllGatherDecomposer): the input is written into a
- * broadcast of zeros with dynamic-update-slice, then all-reduced. Both of the latter send
- * 2(n-1)/n of the output per core instead of (n-1)/n.
- */
-enum ag_strategy { AG_NATIVE, AG_VIA_ALL_REDUCE, AG_DECOMPOSED };
-
-/* "native", "via-all-reduce", "decomposed"; -1 when unknown. */
-int ag_strategy_parse(const char *name);
-const char *ag_strategy_name(enum ag_strategy s);
-
 struct memplan_options {
 	bool tiled;          /* TPU layouts (default) or none */
 	int64_t chunk_bytes; /* collective scratch per reducing collective (default 4 MiB) */
-	enum ag_strategy all_gather;
-	bool no_alias; /* an all-reduce never reuses its operand's buffer for its result */
+	enum ag_strategy all_gather; /* lowered by compiler/strategy.c before planning */
+	bool no_alias;               /* a strategy's all-reduce never reuses its operand's buffer */
 	/*
 	 * Independent all-gathers, reduce-scatters and all-reduces with the same groups are merged
 	 * into the first of them while their outputs together stay at or below this many bytes
@@ -95,7 +83,7 @@ struct memplan {
 	int64_t sent_bytes;   /* per core, over every collective */
 	enum ag_strategy all_gather;
 	bool no_alias;
-	int n_rewritten; /* all-gathers carried out through an all-reduce */
+	int n_rewritten; /* all-gathers lowered to an all-reduce (compiler/strategy.c) */
 	int n_combined;  /* collectives merged into an earlier one */
 	int n_fused;     /* elementwise instructions fused into a later one: no buffer */
 	int n_in_place;  /* elementwise results in the bytes of an operand that dies there */
@@ -109,10 +97,12 @@ struct memplan {
 };
 
 /*
- * Plans m's entry computation for one core of topo. INVALID_ARGUMENT for what cannot be planned
- * (bad replica groups, a get-tuple-element out of range). The plan is allocated from a.
+ * Plans m for one core of topo: the entry and every computation it calls. With an all-gather
+ * strategy other than native, m's all-gathers are lowered first, in m (compiler/strategy.c).
+ * INVALID_ARGUMENT for what cannot be planned (bad replica groups, a get-tuple-element out of
+ * range). The plan is allocated from a.
  */
-int memplan_build(struct memplan *out, const struct hlo_module *m, const struct topology *topo,
+int memplan_build(struct memplan *out, struct hlo_module *m, const struct topology *topo,
                   const struct memplan_options *o, struct arena *a, struct status *st);
 
 /* XLA's out-of-memory report ("Ran out of memory in memory space hbm. ...") into f. */

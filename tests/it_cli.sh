@@ -239,6 +239,15 @@ pe run "$hlo/layer.hlo" --fill 1 --json | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
 assert [o["sum"] for o in r["outputs"]] == [-64.0 * 64] * 8, r["outputs"]' || fail "run layer.hlo"
+# All-gather strategies run as their own instructions, with the values of the all-gather.
+for strategy in native via-all-reduce decomposed; do
+	pe run "$hlo/strategy.hlo" --fill 1 --all-gather-strategy $strategy --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+got = [o["sum"] for o in r["outputs"]]
+assert got == [3072.0, 3072.0, 7168.0, 7168.0, 11264.0, 11264.0, 15360.0, 15360.0], got' ||
+		fail "run strategy.hlo --all-gather-strategy $strategy"
+done
 # FSDP training: the loss falls and matches the host; barriers lower the peak; the agents'
 # measured peak equals the plan's in both runs.
 PODEMU_STATE_DIR="$state" "$bin/podemu-example-fsdp-mlp" >"$state/fsdp.txt" 2>&1 ||

@@ -314,13 +314,20 @@ static void test_plan_all_gather_strategies(void **state)
 			                            .tiled = true,
 			                            .all_gather = (enum ag_strategy)strategy,
 			                            .no_alias = no_alias};
+			assert_int_equal(parse(seed, &m, &st), ST_OK); /* lowered in m: anew */
 			assert_int_equal(memplan_build(&p, &m, &topo, &o, a, &st), ST_OK);
-			assert_int_equal(p.peak_bytes,
-			                 512 * MiB + (no_alias ? 8 : 4) * GiB + 4 * MiB);
+			/* And a few scalars: the zero, this core's position, its offset. */
+			int64_t want = 512 * MiB + (no_alias ? 8 : 4) * GiB + 4 * MiB;
+			assert_true(p.peak_bytes >= want && p.peak_bytes < want + 64);
 			assert_int_equal(p.peak_scratch, 4 * MiB);
 			assert_int_equal(p.sent_bytes, 4 * GiB / 8 * 2 * 7);
 			assert_int_equal(p.n_rewritten, 1);
-			assert_int_equal(p.n_peak_live, no_alias ? 3 : 2);
+			/* The output-sized buffers at the peak: the output, and the zeros
+			 * unaliased. */
+			int big = 0;
+			for (int k = 0; k < p.n_peak_live; k++)
+				big += p.buffers[p.peak_live[k]].bytes == 4 * GiB;
+			assert_int_equal(big, no_alias ? 2 : 1);
 		}
 	}
 	assert_int_equal(ag_strategy_parse("decomposed"), AG_DECOMPOSED);

@@ -694,8 +694,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "podemu run: which HLO file? (podemu run FILE.hlo)\n");
 			return 2;
 		}
-		struct run_options ro = {
-		    .file = o.file, .fill = o.fill, .param_dir = o.param_dir, .json = o.json};
+		struct run_options ro = {.file = o.file,
+		                         .fill = o.fill,
+		                         .param_dir = o.param_dir,
+		                         .json = o.json,
+		                         .all_gather_strategy = o.ag_strategy};
 		return cmd_run(&ro);
 	}
 	if (strcmp(cmd, "mem") == 0) {

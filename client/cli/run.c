@@ -18,6 +18,7 @@
 #include "compile.h"
 #include "dtype.h"
 #include "hlo.h"
+#include "strategy.h"
 #include "podemu/podemu.h"
 
 /* An instruction's value: one tensor, or the elements of a tuple. */
@@ -90,8 +91,10 @@ static int64_t literal_numbers(const char *text, double *out, int64_t max)
 /* The reduction of a to_apply computation: its root's opcode. */
 static int reducer_of(const struct hlo_instruction *in)
 {
-	if (in->to_apply == NULL)
-		return -1;
+	if (in->to_apply == NULL) /* a pass's all-reduce names its reduction only */
+		return in->to_apply_name != NULL && strcmp(in->to_apply_name, "add") == 0
+		           ? PE_REDUCE_SUM
+		           : -1;
 	const char *op = in->to_apply->root->opcode;
 	if (strcmp(op, "add") == 0)
 		return PE_REDUCE_SUM;
@@ -566,6 +569,19 @@ int cmd_run(const struct run_options *o)
 		free(text);
 		return 2;
 	}
+	int strategy =
+	    ag_strategy_parse(o->all_gather_strategy ? o->all_gather_strategy : "native");
+	int lowered = 0;
+	if (strategy < 0)
+		rv = status_set(
+		    &st, ST_INVALID_ARGUMENT,
+		    "--all-gather-strategy must be native, via-all-reduce or decomposed");
+	if (rv != ST_OK) {
+		fprintf(stderr, "podemu run: %s\n", st.message);
+		arena_free(a);
+		free(text);
+		return 2;
+	}
 	struct runner r = {.m = &m};
 	status_clear(&r.st);
 	if (pe_connect(&r.c, NULL) != PE_OK) {
@@ -573,6 +589,16 @@ int cmd_run(const struct run_options *o)
 		arena_free(a);
 		free(text);
 		return 1;
+	}
+	/* The strategy's instructions, lowered as `podemu compile` lowers them. */
+	if (strategy != AG_NATIVE &&
+	    strategy_lower(&m, (enum ag_strategy)strategy, false, pe_world_size(r.c), &lowered, a,
+	                   &st) != ST_OK) {
+		fprintf(stderr, "podemu run: %s: %s\n", status_code_name(st.code), st.message);
+		pe_disconnect(r.c);
+		arena_free(a);
+		free(text);
+		return 2;
 	}
 	const struct hlo_computation *c = m.entry;
 	r.vals = calloc((size_t)c->n_instructions, sizeof(*r.vals));

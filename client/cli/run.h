@@ -9,6 +9,12 @@ struct run_options {
 	double fill;           /* every parameter element, unless param_dir */
 	const char *param_dir; /* DIR/param<N>.core<R>.bin: raw row-major bytes per core */
 	bool json;
+	/*
+	 * native (NULL), via-all-reduce or decomposed: all-gathers run as the strategy's own
+	 * instructions (compiler/strategy.c), as `podemu compile --no-alias` plans them (the pod
+	 * runs an all-reduce into a buffer of its own).
+	 */
+	const char *all_gather_strategy;
 };
 
 /* Returns a process exit code (1: does not fit, 2: cannot run). */
