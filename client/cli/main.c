@@ -64,6 +64,8 @@ static void usage(FILE *f)
 	    "          filled with --fill V (default 0) or from --param-dir DIR\n"
 	    "          (DIR/param<N>.core<R>.bin); prints each output per core and the peak\n"
 	    "          HBM beside the plan's  [--json]\n"
+	    "          [--all-gather-strategy native|via-all-reduce|decomposed]: all-gathers run\n"
+	    "          as the strategy's instructions (podemu compile --no-alias plans them)\n"
 	    "  mem FILE.hlo --svg OUT.svg  the same, and a chart of live bytes over the program\n"
 	    "          with the peak marked and the live set at the peak listed\n"
 	    "\n"
