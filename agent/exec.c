@@ -34,7 +34,7 @@ static void step_free_outputs(struct device *dev, struct step *s)
 	for (int c = 0; c < dev->cores_per_host; c++)
 		for (size_t i = 0; i < s->prog->n_buffers; i++)
 			if (s->prog->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT &&
-			    s->offsets[c][i] >= 0)
+			    s->prog->buffers[i]->donor == 0 && s->offsets[c][i] >= 0)
 				hbm_free(&dev->cores[c].heap, s->offsets[c][i]);
 }
 
@@ -47,6 +47,30 @@ static void step_destroy(struct device *dev, struct step *s)
 	arena_free(s->arena);
 	if (dev->step == s)
 		dev->step = NULL;
+}
+
+/*
+ * An output written into a donated parameter's device buffer: the donor is a parameter node of
+ * this program, given to this output only, and its buffer holds the output's bytes.
+ */
+static int check_donor(struct device *dev, struct step *s, size_t i, struct status *st)
+{
+	const Podemu__BufferAssignment *b = s->prog->buffers[i];
+	size_t d = (size_t)b->donor - 1;
+	if (b->donor < 0 || d >= s->prog->n_buffers || s->ops[d] != OP_PARAMETER ||
+	    s->prog->buffers[d]->kind != PODEMU__BUFFER_KIND__BUFFER_PARAMETER)
+		return status_set(st, ST_INVALID_ARGUMENT, "node %zu: donor %d is not a parameter",
+		                  i, b->donor - 1);
+	for (size_t j = 0; j < i; j++)
+		if (s->prog->buffers[j]->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT &&
+		    s->prog->buffers[j]->donor == b->donor)
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "nodes %zu and %zu take the same donated buffer", j, i);
+	struct device_buffer *db = device_find_buffer(dev, s->prog->buffers[d]->handle);
+	if (db == NULL || shape_bytes(&db->shape) < shape_bytes(&s->shapes[i]))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "node %zu: the donated buffer cannot hold the output", i);
+	return ST_OK;
 }
 
 /* Checks one node's buffer assignment against the graph and the host's buffers. */
@@ -87,7 +111,7 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 			return status_set(st, ST_INVALID_ARGUMENT,
 			                  "node %zu: output of %lld bytes charged %lld", i,
 			                  (long long)bytes, (long long)b->bytes);
-		return ST_OK;
+		return b->donor == 0 ? ST_OK : check_donor(dev, s, i, st);
 	case PODEMU__BUFFER_KIND__BUFFER_TEMP:
 		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT)
 			break;
@@ -306,7 +330,11 @@ static int step_allocate(struct device *dev, struct step *s, struct status *st)
 		struct core *core = &dev->cores[c];
 		for (size_t i = 0; i < n && rv == ST_OK; i++) {
 			const Podemu__BufferAssignment *b = p->buffers[i];
-			if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT)
+			if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT && b->donor != 0)
+				s->offsets[c][i] =
+				    device_find_buffer(dev, p->buffers[b->donor - 1]->handle)
+				        ->offsets[c];
+			else if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT)
 				rv = hbm_alloc(&core->heap, b->bytes, &s->offsets[c][i], st);
 		}
 		if (rv == ST_OK)
@@ -606,6 +634,19 @@ static int step_publish(struct device *dev, struct step *s, struct status *st)
 		const Podemu__BufferAssignment *b = s->prog->buffers[i];
 		if (b->kind != PODEMU__BUFFER_KIND__BUFFER_OUTPUT)
 			continue;
+		if (b->donor != 0) {
+			/* The donated buffer is the output now: same bytes, the output's name. */
+			struct device_buffer *db =
+			    device_find_buffer(dev, s->prog->buffers[b->donor - 1]->handle);
+			if (db == NULL)
+				return status_set(st, ST_INTERNAL, "node %zu: its donor is gone",
+				                  i);
+			db->handle = b->handle;
+			db->shape = s->shapes[i];
+			for (int c = 0; c < dev->cores_per_host; c++)
+				s->offsets[c][i] = -1;
+			continue;
+		}
 		int64_t *offsets = calloc((size_t)dev->cores_per_host, sizeof(int64_t));
 		if (offsets == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");

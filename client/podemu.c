@@ -1096,6 +1096,9 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
 	req.graph = &p.graph;
 	req.compile_only = true;
+	/* What mark_step would release may be donated to its outputs: the same plan. */
+	req.release_after = c->release_after;
+	req.n_release_after = c->num_release;
 	struct arena *a;
 	void *reply;
 	rv = p.graph.n_nodes == 0 ? ST_OK

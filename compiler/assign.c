@@ -237,24 +237,78 @@ static int aliased_parameter(const struct hlo_module *m, const struct hlo_instru
 }
 
 /*
+ * A parameter of the buffer_donor list (or, for a step graph, a buffer the client released)
+ * that output buffer ob may take: the same size, unused so far, and read for the last time
+ * before ob is first written, or by the instruction writing it when that works in place
+ * (elementwise, dynamic-update-slice). Of those, the one read last, so that earlier donors
+ * stay for earlier outputs. Its parameter number, or -1.
+ */
+static int donor_for(struct builder *b, const struct hlo_computation *c, const struct refs *refs,
+                     const struct plan_buffer *ob, bool *used)
+{
+	enum opcode writer = ob->def != NULL ? opcode_parse(ob->def->opcode) : OP_INVALID;
+	bool in_place = opcode_is_elementwise(writer) || writer == OP_DYNAMIC_UPDATE_SLICE;
+	int best = -1, best_last = -1;
+	for (int k = 0; k < b->m->n_donors; k++) {
+		int64_t p = b->m->donors[k].parameter;
+		if (used[k] || p < 0 || p >= c->n_parameters)
+			continue;
+		const struct refs *pr = &refs[c->parameters[p]->index];
+		if (pr->n != 1)
+			continue;
+		const struct plan_buffer *pb = &b->p->buffers[pr->ids[0]];
+		if (pb->bytes == ob->bytes && ob->kind != BUF_ARGUMENT &&
+		    (pb->last < ob->first || (pb->last == ob->first && in_place)) &&
+		    pb->last > best_last) {
+			best = k;
+			best_last = pb->last;
+		}
+	}
+	if (best < 0)
+		return -1;
+	used[best] = true;
+	return (int)b->m->donors[best].parameter;
+}
+
+/* Output buffer buf takes the bytes of parameter param: counted once, as alias_bytes. */
+static void alias_output(struct memplan *out, struct plan_buffer *buf, int param, int n)
+{
+	out->alias_bytes = layout_add(out->alias_bytes, buf->bytes);
+	if (buf->kind == BUF_ARGUMENT) { /* passed through in place */
+		out->output_bytes = layout_add(out->output_bytes, buf->bytes);
+		return;
+	}
+	buf->kind = BUF_OUTPUT;
+	buf->aliased = true;
+	buf->donor = param;
+	buf->last = n - 1;
+}
+
+/*
  * XLA's buffer assignment of the entry's result: every leaf is an output buffer of its own. A
- * leaf that input_output_alias (or buffer_donor, for a parameter of the same size) gives a
- * parameter takes the parameter's bytes (alias_bytes, once per buffer); a leaf that is a
- * parameter, a constant or a buffer already returned is copied (XLA's copy insertion). A tuple
- * result has its index table, 8 bytes per element.
+ * leaf that input_output_alias (or buffer_donor) gives a parameter takes the parameter's bytes
+ * (alias_bytes, once per buffer); a leaf that is a parameter, a constant or a buffer already
+ * returned is copied (XLA's copy insertion). A tuple result has its index table, 8 bytes per
+ * element. A step graph's outputs (graph_outputs) are distinct buffers already; their tuple's
+ * table is reserved with the temporaries, and they take donated buffers the same way.
  */
 static int assign_outputs(struct builder *b, const struct hlo_computation *c,
                           const struct refs *refs, int n)
 {
 	struct memplan *out = b->p;
 	const struct refs *root = &refs[c->root->index];
+	bool *donor_used = arena_calloc(b->a, (size_t)b->m->n_donors + 1, sizeof(bool));
+	bool *seen = arena_calloc(b->a, (size_t)out->n_buffers + 1, sizeof(bool));
+	if (donor_used == NULL || seen == NULL)
+		return oom(b);
 	if (b->o->graph_outputs) {
-		/*
-		 * Several outputs are the program's result tuple, as XLA's programs return them:
-		 * their index table is reserved with the temporaries for the whole program.
-		 */
-		for (int q = 0; q < root->n; q++)
-			out->buffers[root->ids[q]].kind = BUF_OUTPUT;
+		for (int q = 0; q < root->n; q++) {
+			struct plan_buffer *buf = &out->buffers[root->ids[q]];
+			int param = donor_for(b, c, refs, buf, donor_used);
+			buf->kind = BUF_OUTPUT;
+			if (param >= 0)
+				alias_output(out, buf, param, n);
+		}
 		if (c->root->n_operands > 1) {
 			int table = tuple_table(b, c->root, BUF_TEMP, 0);
 			if (table < 0)
@@ -263,36 +317,18 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 		}
 		return ST_OK;
 	}
-	bool *donor_used = arena_calloc(b->a, (size_t)b->m->n_donors + 1, sizeof(bool));
-	bool *seen = arena_calloc(b->a, (size_t)out->n_buffers + 1, sizeof(bool));
-	if (donor_used == NULL || seen == NULL)
-		return oom(b);
 	for (int q = 0; q < root->n; q++) {
 		int id = root->ids[q];
 		struct plan_buffer *buf = &out->buffers[id];
 		int param = aliased_parameter(b->m, c->root, q);
-		for (int k = 0; param < 0 && k < b->m->n_donors; k++) {
-			int64_t p = b->m->donors[k].parameter;
-			if (!donor_used[k] && p < c->n_parameters &&
-			    layout_bytes(&c->parameters[p]->shape, b->o->tiled) == buf->bytes &&
-			    buf->kind != BUF_ARGUMENT) {
-				donor_used[k] = true;
-				param = (int)p;
-			}
-		}
+		if (param < 0 && !seen[id])
+			param = donor_for(b, c, refs, buf, donor_used);
 		const struct refs *pr = param >= 0 && param < c->n_parameters
 		                            ? &refs[c->parameters[param]->index]
 		                            : NULL;
 		if (pr != NULL && pr->n == 1 && !seen[id]) {
 			seen[id] = true;
-			out->alias_bytes = layout_add(out->alias_bytes, buf->bytes);
-			if (buf->kind == BUF_ARGUMENT) { /* passed through in place */
-				out->output_bytes = layout_add(out->output_bytes, buf->bytes);
-				continue;
-			}
-			buf->kind = BUF_OUTPUT;
-			buf->aliased = true; /* its bytes are the parameter's */
-			buf->last = n - 1;
+			alias_output(out, buf, param, n);
 			continue;
 		}
 		if (buf->kind == BUF_ARGUMENT || buf->kind == BUF_CONSTANT || seen[id]) {
@@ -578,6 +614,9 @@ static int finish(struct builder *b, struct comp_state *x, struct comp_result *r
 	struct memplan *out = b->p;
 	const struct hlo_computation *c = x->c;
 	int n = x->n, rv;
+	/* The entry's outputs first, while parameters' lifetimes still end at their last use. */
+	if (x->entry && (rv = assign_outputs(b, c, x->refs, n)) != ST_OK)
+		return rv;
 	/* Constants live throughout, as parameters do; so does what the root names. */
 	for (int j = res->first_buffer; j < out->n_buffers; j++) {
 		struct plan_buffer *buf = &out->buffers[j];
@@ -596,8 +635,6 @@ static int finish(struct builder *b, struct comp_state *x, struct comp_result *r
 			buf->bytes = 0;
 	}
 	if (x->entry) {
-		if ((rv = assign_outputs(b, c, x->refs, n)) != ST_OK)
-			return rv;
 		/* Device buffers for the whole program: arguments, and outputs made up front. */
 		for (int j = res->first_buffer; j < out->n_buffers; j++) {
 			struct plan_buffer *buf = &out->buffers[j];

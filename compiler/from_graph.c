@@ -175,6 +175,19 @@ int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct
 				in->to_apply_name = reduction(node, a);
 		}
 	}
+	/* The parameters the client gave up: their buffers may become outputs. */
+	if (g->n_donors > 0) {
+		out->donors = arena_calloc(a, g->n_donors + 1, sizeof(*out->donors));
+		if (out->donors == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		for (size_t k = 0; k < g->n_donors; k++) {
+			int d = g->donors[k];
+			if (d < 0 || d >= n || ins[d].parameter_number < 0)
+				return status_set(st, ST_INVALID_ARGUMENT,
+				                  "donor %zu: node %d is not a parameter", k, d);
+			out->donors[out->n_donors++].parameter = ins[d].parameter_number;
+		}
+	}
 	comps[0] = c;
 	out->name = "step";
 	out->n_computations = 1;

@@ -4,7 +4,8 @@
  * i of the entry computation is node i (its HLO opcode, shape and operands), parameters are
  * numbered in order, and the root (instruction n) is a tuple of the graph's outputs.
  * Collectives carry their resolved replica groups in XLA's text, reductions their reducer (and
- * scale) as to_apply, so that only collectives the pod would run alike are combined.
+ * scale) as to_apply, so that only collectives the pod would run alike are combined; the
+ * graph's donors are the module's buffer_donor list.
  */
 #ifndef PODEMU_FROM_GRAPH_H
 #define PODEMU_FROM_GRAPH_H

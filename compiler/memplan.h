@@ -31,6 +31,7 @@ struct plan_buffer {
 	int first, last;           /* live over [first, last] in program order */
 	int64_t other_space_bytes; /* in a memory space other than HBM (bytes is then 0) */
 	bool aliased;              /* an output in the bytes of a parameter (input_output_alias) */
+	int donor;                 /* aliased: that parameter's number */
 };
 
 struct memplan_options {

@@ -236,11 +236,17 @@ Podemu__Graph *schedule_apply(const Podemu__Graph *g, const struct schedule *s,
 	}
 	for (size_t j = 0; j < g->n_outputs; j++)
 		outputs[j] = position[g->outputs[j]];
+	int32_t *donors = arena_calloc(a, g->n_donors + 1, sizeof(int32_t));
+	if (donors == NULL)
+		return NULL;
+	for (size_t j = 0; j < g->n_donors; j++)
+		donors[j] = g->donors[j] >= 0 && g->donors[j] < n ? position[g->donors[j]] : -1;
 	if (shapes)
 		memcpy(shapes, moved, (size_t)n * sizeof(*shapes));
 	*out = *g;
 	out->nodes = nodes;
 	out->outputs = outputs;
+	out->donors = donors;
 	return out;
 }
 

@@ -39,8 +39,8 @@ static int check_outputs(const Podemu__Graph *g, int *root, int *output_of, stru
  */
 static int assignment(Podemu__BufferAssignment *b, const Podemu__Graph *g, int i,
                       const struct memplan *mp, const int *position, const int *output_of,
-                      const int *holder, const uint64_t *output_handles, const struct shape *shapes,
-                      struct status *st)
+                      const int *holder, const int *parameter_node, const uint64_t *output_handles,
+                      const struct shape *shapes, struct status *st)
 {
 	podemu__buffer_assignment__init(b);
 	enum opcode op = opcode_parse(g->nodes[i]->opcode);
@@ -67,6 +67,8 @@ static int assignment(Podemu__BufferAssignment *b, const Podemu__Graph *g, int i
 	} else if (buf->kind == BUF_OUTPUT) {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_OUTPUT;
 		b->handle = output_handles[output_of[i]];
+		if (buf->aliased) /* written into the donated parameter's buffer */
+			b->donor = 1 + position[parameter_node[buf->donor]];
 		b->bytes = buf->bytes; /* the padded size the heap charges */
 	} else {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_TEMP;
@@ -123,14 +125,21 @@ int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
 	for (int i = 0; i < n; i++)
 		if (output_of[i] >= 0 && mp.value_buffer[i] >= 0)
 			holder[mp.value_buffer[i]] = i;
+	/* Parameter number k is the k-th parameter node (compiler/from_graph.c). */
+	int *parameter_node = arena_calloc(a, (size_t)n + 1, sizeof(int));
+	if (parameter_node == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int i = 0, k = 0; i < n; i++)
+		if (opcode_parse(g->nodes[i]->opcode) == OP_PARAMETER)
+			parameter_node[k++] = i;
 	for (int i = 0; i < n; i++) {
 		int r = mp.fused_into[i];
 		out->fused_into[position[i]] = r >= 0 ? position[r] : -1;
 		Podemu__BufferAssignment *b = arena_alloc(a, sizeof(*b));
 		if (b == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		rv = assignment(b, g, i, &mp, position, output_of, holder, output_handles, shapes,
-		                st);
+		rv = assignment(b, g, i, &mp, position, output_of, holder, parameter_node,
+		                output_handles, shapes, st);
 		if (rv != ST_OK)
 			return rv;
 		out->plan.buffers[position[i]] = b;
@@ -141,7 +150,8 @@ int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
 	if (out->n_fused == 0)
 		out->fused_into = NULL;
 	out->plan.temp_bytes = mp.temp_bytes;
-	out->plan.output_bytes = mp.output_bytes;
+	out->plan.output_bytes = mp.output_bytes - mp.alias_bytes;
+	out->plan.alias_bytes = mp.alias_bytes;
 	out->plan.argument_bytes = mp.argument_bytes;
 	return ST_OK;
 }

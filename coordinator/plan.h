@@ -17,8 +17,9 @@
 struct plan {
 	Podemu__BufferAssignment **buffers; /* one per node, from the arena */
 	int64_t temp_bytes;                 /* size of the reservation */
-	int64_t output_bytes;
+	int64_t output_bytes; /* newly allocated: outputs not written into donated buffers */
 	int64_t argument_bytes;
+	int64_t alias_bytes; /* outputs written into donated parameter buffers */
 };
 
 /* The compiler's options for the pod's steps. */

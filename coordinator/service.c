@@ -632,6 +632,32 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 }
 
 /*
+ * The parameters whose device buffers the client released with this step are donors (XLA's
+ * buffer_donor): an output of the same size may take their bytes (torch_xla's donation of a
+ * tensor updated in place). Part of the graph, so the program cache tells them apart.
+ */
+static int mark_donors(Podemu__Graph *g, const Podemu__StepRequest *req, struct arena *a,
+                       struct status *st)
+{
+	g->n_donors = 0;
+	if (req->n_release_after == 0)
+		return ST_OK;
+	g->donors = arena_calloc(a, g->n_nodes + 1, sizeof(int32_t));
+	if (g->donors == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)
+			continue;
+		for (size_t k = 0; k < req->n_release_after; k++)
+			if (req->release_after[k] == g->nodes[i]->handle) {
+				g->donors[g->n_donors++] = (int32_t)i;
+				break;
+			}
+	}
+	return ST_OK;
+}
+
+/*
  * Checks, plans and runs one step on every host: PrepareStep everywhere (all or nothing), then
  * RunStep everywhere. *ran tells whether agents got to run it (they then released
  * release_after themselves).
@@ -655,6 +681,8 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	int rv = graph_check(g, world, shapes, st);
 	if (rv != ST_OK)
+		return rv;
+	if ((rv = mark_donors(g, req, a, st)) != ST_OK)
 		return rv;
 	/* Ops without kernels can be planned and accounted, but not computed with real bytes. */
 	pthread_mutex_lock(&co->reg.lock);
@@ -703,6 +731,7 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		struct status oom;
 		rep->argument_bytes = plan.argument_bytes;
 		rep->output_bytes = plan.output_bytes;
+		rep->alias_bytes = plan.alias_bytes;
 		rep->temp_bytes = plan.temp_bytes;
 		rep->bytes_limit = topology_bytes_limit(t);
 		rep->fits = check_fits(co, &plan, &oom) == ST_OK;
@@ -801,6 +830,7 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	rep->n_output_handles = g->n_outputs;
 	rep->temp_bytes = plan.temp_bytes;
 	rep->output_bytes = plan.output_bytes;
+	rep->alias_bytes = plan.alias_bytes;
 	rep->argument_bytes = plan.argument_bytes;
 	rep->cores = arena_calloc(a, (size_t)world, sizeof(*rep->cores));
 	if (rep->cores == NULL)

@@ -262,6 +262,16 @@ m = re.search(r"peak HBM per core: (\d+) bytes with barriers, (\d+) without "
 with_b, without, meas_b, meas_p = map(int, m.groups())
 assert with_b < without and meas_b == with_b and meas_p == without, m.groups()
 PY
+# A train step whose updated parameters alias their outputs: the pod writes each update into
+# the donated parameter buffer (w2 = w - (m + g) = -1, m2 = m + g = 2 with --fill 1), and the
+# cores hold the three parameters and nothing more.
+pe run "$hlo/aliased-step.hlo" --fill 1 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+sums = sorted({(o["output"], o["sum"]) for o in r["outputs"]})
+assert sums == [(0, -1048576.0), (1, 2097152.0)], sums
+assert r["planned_peak_bytes"] == 3 * 4194304 + 256, r["planned_peak_bytes"]' ||
+	fail "run aliased-step.hlo"
 # Every kernel family of ops.hlo (see the file), per core: dynamic slices at the replica id.
 check_ops() {
 	python3 -c '

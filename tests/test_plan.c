@@ -176,6 +176,45 @@ static void test_all_gather_output_is_the_only_extra_memory(void **state)
 	arena_free(b.a);
 }
 
+/*
+ * A parameter the client released with the step (a donor) becomes the output of its size
+ * that is written after its last read, or by its last reader in place; not one it is still
+ * read after.
+ */
+static void test_released_parameters_are_donated(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {1024};
+	Podemu__Node *w = gb_node(&b, "parameter", -1, -1, -1); /* 0 */
+	w->shape = gb_shape(&b, DT_F32, d, 1);
+	w->handle = 5;
+	Podemu__Node *g = gb_node(&b, "parameter", -1, -1, -1); /* 1 */
+	g->shape = gb_shape(&b, DT_F32, d, 1);
+	g->handle = 6;
+	gb_node(&b, "subtract", 0, 1, -1); /* 2: w - g, in place in w */
+	gb_node(&b, "negate", 1, -1, -1);  /* 3: -g, written while g is read (by 4) */
+	gb_node(&b, "add", 3, 1, -1);      /* 4 */
+	int32_t outs[] = {2, 4};
+	gb_outputs(&b, outs, 2);
+	int32_t donors[] = {0, 1};
+	b.g.donors = donors;
+	b.g.n_donors = 2;
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	struct plan p = {0};
+	uint64_t handles[] = {9, 10};
+	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
+	assert_int_equal(KIND(p, 2), PODEMU__BUFFER_KIND__BUFFER_OUTPUT);
+	assert_int_equal(p.buffers[2]->donor, 1 + 0);
+	/* 4 takes 3's bytes in place (3 is an alias of 4), and 3 is written before g's last read.
+	 */
+	assert_int_equal(p.buffers[4]->donor, 0);
+	assert_int_equal(p.alias_bytes, 4096);
+	assert_int_equal(p.output_bytes, 4096);
+	arena_free(b.a);
+}
+
 /* Sizes from the client saturate: two f32[2^60] outputs never wrap to a negative total. */
 static void test_sizes_saturate(void **state)
 {
@@ -206,6 +245,7 @@ int main(void)
 	    cmocka_unit_test(test_outputs_that_are_parameters_are_refused),
 	    cmocka_unit_test(test_all_gather_output_is_the_only_extra_memory),
 	    cmocka_unit_test(test_sizes_saturate),
+	    cmocka_unit_test(test_released_parameters_are_donated),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -623,6 +623,22 @@ int cmd_run(const struct run_options *o)
 	pe_tensor **outs = calloc((size_t)n_out + 1, sizeof(*outs));
 	for (int k = 0; outs != NULL && k < n_out; k++)
 		outs[k] = root->elems ? root->elems[k] : root->t;
+	/*
+	 * A parameter the module gives to its outputs (input_output_alias, buffer_donor) is
+	 * released with the step, so its buffer may become an output (donated); the others stay
+	 * device buffers until the step has run, as a caller's arguments do.
+	 */
+	bool *donated = calloc((size_t)c->n_parameters + 1, sizeof(bool));
+	for (int k = 0; donated != NULL && k < m.n_aliases; k++)
+		if (m.aliases[k].parameter < c->n_parameters)
+			donated[m.aliases[k].parameter] = true;
+	for (int k = 0; donated != NULL && k < m.n_donors; k++)
+		if (m.donors[k].parameter < c->n_parameters)
+			donated[m.donors[k].parameter] = true;
+	pe_tensor **after = calloc((size_t)c->n_parameters + 1, sizeof(*after));
+	if (donated == NULL || after == NULL)
+		rv = status_set(&r.st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int n_after = 0;
 	for (int i = 0; rv == ST_OK && i < c->n_instructions; i++) {
 		pe_tensor *t = r.vals[i].t;
 		bool kept = false;
@@ -631,7 +647,10 @@ int cmd_run(const struct run_options *o)
 		for (int j = 0; j < i && !kept; j++)
 			kept |=
 			    r.vals[j].t == t; /* an alias of an earlier value (get-tuple-element) */
-		if (!kept && t != NULL)
+		int64_t p = c->instructions[i]->parameter_number;
+		if (!kept && t != NULL && p >= 0 && !donated[p])
+			after[n_after++] = t;
+		else if (!kept && t != NULL)
 			pe_release(t);
 	}
 	pe_step_plan plan;
@@ -641,6 +660,10 @@ int cmd_run(const struct run_options *o)
 		rv = status_set(&r.st, ST_RESOURCE_EXHAUSTED, "%s", plan.oom_message);
 	if (rv == ST_OK && pe_mark_step(r.c) != PE_OK)
 		rv = status_set(&r.st, pe_last_code(r.c), "%s", pe_last_error(r.c));
+	for (int k = 0; k < n_after; k++)
+		pe_release(after[k]);
+	free(after);
+	free(donated);
 	int code = 0;
 	if (rv != ST_OK) {
 		fprintf(stderr, "podemu run: %s: %s\n", status_code_name(rv), r.st.message);
