@@ -541,6 +541,12 @@ static int infer_collective(struct shape *out, enum opcode op, const Podemu__Nod
                             struct status *st)
 {
 	*out = *in;
+	/* A scale multiplies in floating point; on integers it would be dropped or wrong. */
+	if (op == OP_ALL_REDUCE && n->scale != 0 && n->scale != 1 && !dtype_is_float(in->dtype))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: all-reduce scale %g needs a floating-point operand (f32, "
+		                  "bf16), not %s",
+		                  label, n->scale, dtype_name(in->dtype));
 	if (op == OP_COLLECTIVE_PERMUTE) {
 		if (n->n_source_target_pairs % 2 != 0)
 			return status_set(st, ST_INVALID_ARGUMENT,

@@ -73,6 +73,26 @@ static void test_all_gather_shapes(void **state)
 	arena_free(b.a);
 }
 
+/* A scaled all-reduce multiplies in floating point: refused on integers, not ignored. */
+static void test_all_reduce_scale_needs_floats(void **state)
+{
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {8};
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_S32, d, 1);
+	gb_node(&b, "all-reduce", 0, -1, -1)->scale = 0.5;
+	struct status st;
+	assert_int_equal(check(&b, 2, &st), ST_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "all-reduce scale 0.5 needs a floating-point operand"));
+	assert_non_null(strstr(st.message, "not s32"));
+	b.g.nodes[1]->scale = 1; /* no scale */
+	assert_int_equal(check(&b, 2, &st), ST_OK);
+	b.g.nodes[0]->shape = gb_shape(&b, DT_F32, d, 1);
+	b.g.nodes[1]->scale = 0.5;
+	assert_int_equal(check(&b, 2, &st), ST_OK);
+	arena_free(b.a);
+}
+
 static void test_structural_ops(void **state)
 {
 	struct gb b;
@@ -290,6 +310,7 @@ int main(void)
 	    cmocka_unit_test(test_elementwise_chain),
 	    cmocka_unit_test(test_binary_mismatch_reads_like_xla),
 	    cmocka_unit_test(test_all_gather_shapes),
+	    cmocka_unit_test(test_all_reduce_scale_needs_floats),
 	    cmocka_unit_test(test_structural_ops),
 	    cmocka_unit_test(test_barrier_and_tuple_elements),
 	    cmocka_unit_test(test_compare_select_broadcast_dynamic),
