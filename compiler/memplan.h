@@ -1,8 +1,10 @@
 /*
- * Memory plan of an HLO module's entry computation on one core of a topology: which buffers
- * exist (arguments, outputs, temporaries), how big they are with the TPU's tiled layouts, when
- * each is live in program order, the peak, the live set at the peak, and the bytes each core
- * sends in collectives. The plan is the same for every core (SPMD).
+ * The compiler's driver and its result: the memory plan of an HLO module (read from text, or a
+ * step graph through compiler/from_graph.c) on one core of a topology: which buffers exist
+ * (arguments, outputs, constants, temporaries, in every computation the entry calls), how big
+ * they are in their layouts, when each is live over the schedule, where temporaries sit in the
+ * reservation, the peak, the live set at the peak, and the bytes each core sends in
+ * collectives. The plan is the same for every core (SPMD); the pod runs exactly this plan.
  */
 #ifndef PODEMU_MEMPLAN_H
 #define PODEMU_MEMPLAN_H
