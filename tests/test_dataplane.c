@@ -28,9 +28,10 @@ struct sink {
 	int refuse;
 	struct dp_request *parked[64];
 	int num_parked;
-	int place;    /* hand the data plane sink.buf as the place for payloads */
-	int placed;   /* chunks delivered in place */
-	int unplaced; /* chunks given up after their place was handed out */
+	uint64_t step; /* != 0: chunks of other steps (a former test's, late) are refused */
+	int place;     /* hand the data plane sink.buf as the place for payloads */
+	int placed;    /* chunks delivered in place */
+	int unplaced;  /* chunks given up after their place was handed out */
 };
 
 static int deliver(void *arg, struct dp_request *req, const struct dp_header *h,
@@ -38,6 +39,11 @@ static int deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 {
 	struct sink *s = arg;
 	pthread_mutex_lock(&s->lock);
+	if (s->step != 0 && h->step_id != s->step) {
+		pthread_mutex_unlock(&s->lock);
+		return status_set(st, ST_INVALID_ARGUMENT, "a late chunk of step %llu",
+		                  (unsigned long long)h->step_id);
+	}
 	if (s->refuse) {
 		pthread_mutex_unlock(&s->lock);
 		return status_set(st, ST_INVALID_ARGUMENT, "refused chunk at %llu",
@@ -79,6 +85,7 @@ static void unplace(void *arg, struct dp_request *req)
 
 static struct sink sink;
 static struct dataplane *rx, *tx;
+
 static char rx_url[256], tx_url[256];
 
 static int setup(void **state)
@@ -100,6 +107,10 @@ static int teardown(void **state)
 	return 0;
 }
 
+/*
+ * Each test starts from an empty sink and no pod token, whatever the one before it left
+ * (a chunk of its step still in flight is refused once the test names its own step).
+ */
 static void reset_sink(int ready)
 {
 	pthread_mutex_lock(&sink.lock);
@@ -107,8 +118,11 @@ static void reset_sink(int ready)
 	sink.bytes = 0;
 	sink.chunks = sink.lasts = sink.num_parked = sink.refuse = 0;
 	sink.place = sink.placed = sink.unplaced = 0;
+	sink.step = 0;
 	sink.ready = ready;
 	pthread_mutex_unlock(&sink.lock);
+	dp_set_token(rx, NULL);
+	dp_set_token(tx, NULL);
 }
 
 static void test_chunks_arrive_whole(void **state)
@@ -200,6 +214,7 @@ static void test_receiver_errors_reach_the_sender(void **state)
 static void test_chunks_need_the_pod_token(void **state)
 {
 	reset_sink(1);
+	sink.step = 5; /* the refused chunks of step 3 may still arrive */
 	dp_set_token(rx, "secret");
 	unsigned char data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
 	const char *peers[] = {rx_url};
