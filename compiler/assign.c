@@ -206,11 +206,9 @@ static int call_extra(struct builder *b, const struct hlo_instruction *in, int d
 		const struct hlo_call *call = &in->calls[k];
 		if (call->role == CALL_TO_APPLY && !hlo_is(in, "call"))
 			continue;
-		int index = -1;
-		for (int j = 0; j < b->m->n_computations; j++)
-			if (b->m->computations[j] == call->callee)
-				index = j;
-		if (index < 0)
+		int index = call->callee != NULL ? call->callee->index : -1;
+		if (index < 0 || index >= b->m->n_computations ||
+		    b->m->computations[index] != call->callee)
 			continue;
 		int rv = plan_callee(b, call->callee, depth + 1);
 		if (rv != ST_OK)
@@ -704,10 +702,7 @@ int assign_peak_set(struct builder *b, const struct hlo_computation *c,
 {
 	struct memplan *out = b->p;
 	const struct hlo_computation *callee = res->callee_at[res->peak_at];
-	const struct callee_plan *cp = NULL;
-	for (int j = 0; callee != NULL && j < b->m->n_computations; j++)
-		if (b->m->computations[j] == callee)
-			cp = &b->callees[j];
+	const struct callee_plan *cp = callee != NULL ? &b->callees[callee->index] : NULL;
 	int extra = cp != NULL ? cp->n_peak_live : 0;
 	*list = arena_calloc(b->a, (size_t)out->n_buffers + (size_t)extra + 1, sizeof(int));
 	if (*list == NULL)
@@ -728,10 +723,7 @@ int assign_peak_set(struct builder *b, const struct hlo_computation *c,
 /* Plans a called computation once: its extra bytes and the buffers live at its peak. */
 static int plan_callee(struct builder *b, const struct hlo_computation *c, int depth)
 {
-	int index = 0;
-	while (index < b->m->n_computations && b->m->computations[index] != c)
-		index++;
-	struct callee_plan *cp = &b->callees[index];
+	struct callee_plan *cp = &b->callees[c->index]; /* checked by call_extra */
 	if (cp->state == 2)
 		return ST_OK;
 	if (cp->state == 1 || depth > 64)

@@ -177,6 +177,7 @@ struct hlo_computation {
 	int n_parameters;
 	struct hlo_instruction **parameters; /* by parameter number */
 	int line;                            /* where it starts */
+	int index;                           /* its place in the module's computations */
 };
 
 struct hlo_module {

@@ -121,6 +121,9 @@ static void test_parse_errors_name_line_and_column(void **state)
 	    "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[] reduce(p), "
 	    "to_apply=missing\n}\n",
 	    "line 4", "to_apply=missing is not defined");
+	expect_error("HloModule m\nc {\n  p = f32[] parameter(0)\n}\nc {\n  p = f32[] "
+	             "parameter(0)\n}\n",
+	             "line 5", "computation c is defined twice");
 	expect_error("HloModule m\nENTRY e {\n  p = f32[2] parameter(1)\n}\n", "line 2",
 	             "parameter numbers");
 	expect_error(
