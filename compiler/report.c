@@ -4,20 +4,24 @@
 
 #include "memplan.h"
 
+/* A buffer kind's name in the JSON report, and in XLA's words ("Allocation type"). */
+static const struct {
+	const char *name, *xla;
+} kinds[] = {
+    [BUF_ARGUMENT] = {"argument", "HLO argument"},
+    [BUF_OUTPUT] = {"output", "HLO output"},
+    [BUF_TEMP] = {"temp", "HLO temp"},
+    [BUF_CONSTANT] = {"constant", "global constant"},
+};
+
 static const char *kind_name(enum buffer_kind k)
 {
-	return k == BUF_ARGUMENT   ? "argument"
-	       : k == BUF_OUTPUT   ? "output"
-	       : k == BUF_CONSTANT ? "constant"
-	                           : "temp";
+	return kinds[k].name;
 }
 
 static const char *xla_kind(enum buffer_kind k)
 {
-	return k == BUF_ARGUMENT   ? "HLO argument"
-	       : k == BUF_OUTPUT   ? "HLO output"
-	       : k == BUF_CONSTANT ? "global constant"
-	                           : "HLO temp";
+	return kinds[k].xla;
 }
 
 /* A buffer's name inside the computation it lives in: "body.3/dot.7", or "dot.7" in the entry. */
@@ -72,7 +76,8 @@ static void print_strategy(FILE *f, const struct memplan *p)
 		        p->n_delayed);
 	if (p->n_in_place > 0)
 		fprintf(f,
-		        "%d elementwise results reuse the bytes of an operand that dies there (in "
+		        "%d results (elementwise, dynamic-update-slice) reuse the bytes of an "
+		        "operand that dies there (in "
 		        "place)\n\n",
 		        p->n_in_place);
 	if (p->n_combined > 0)

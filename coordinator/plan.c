@@ -166,15 +166,10 @@ int plan_rebind(struct plan *out, struct arena *a, const struct plan *cached,
 	int *output_of = arena_calloc(a, (size_t)n + 1, sizeof(int));
 	if (out->buffers == NULL || root == NULL || output_of == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int i = 0; i < n; i++) {
-		const Podemu__Node *node = g->nodes[i];
-		root[i] = i;
-		if (opcode_parse(node->opcode) == OP_GET_TUPLE_ELEMENT)
-			root[i] = root[g->nodes[node->operands[0]]->operands[node->tuple_index]];
-		output_of[i] = -1;
-	}
-	for (size_t k = 0; k < g->n_outputs; k++)
-		output_of[root[g->outputs[k]]] = (int)k;
+	/* The same graph as the cached one, so its outputs passed this check before. */
+	int rv = check_outputs(g, root, output_of, st);
+	if (rv != ST_OK)
+		return rv;
 	for (int i = 0; i < n; i++) {
 		Podemu__BufferAssignment *b = arena_alloc(a, sizeof(*b));
 		if (b == NULL)
