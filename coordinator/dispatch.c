@@ -1,0 +1,340 @@
+/*
+ * Dispatch: calls to every agent at once (a thread per called host), and the watch over a
+ * running step that fails it everywhere when a host is lost or a collective times out.
+ */
+#include "dispatch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "fanout.h"
+#include "log.h"
+#include "services.h"
+
+struct step_watch;
+
+/* One call to every agent (or to one) and what came back. */
+struct fan {
+	struct coordinator *co;
+	unsigned method;
+	const void *const *requests; /* per host; NULL entries are skipped */
+	struct rpc_client **clients;
+	struct arena *a;
+	void **replies;
+	struct status *sts;
+	int timeout_ms;
+	struct rpc_cancel *cancels; /* per host, or NULL */
+	struct step_watch *watch;   /* told when each host answers, or NULL */
+};
+
+static void watch_answered(struct step_watch *w, int host, const struct status *st, bool running);
+
+static void fan_one(int i, void *arg)
+{
+	struct fan *f = arg;
+	status_clear(&f->sts[i]);
+	if (f->requests[i] == NULL)
+		return;
+	rpc_call_cancellable(f->clients[i], &podemu__agent__descriptor, f->method, f->requests[i],
+	                     f->a, &f->replies[i], f->timeout_ms,
+	                     f->cancels ? &f->cancels[i] : NULL, &f->sts[i]);
+	if (f->watch != NULL)
+		watch_answered(f->watch, i, &f->sts[i], f->method == AM_RUN_STEP);
+}
+
+/*
+ * Calls method on every host with requests[h] (NULL: skip h); a call to a host that is lost or
+ * restarts meanwhile is given up (UNAVAILABLE) rather than waited for. Returns the first error
+ * in host order, or OK.
+ */
+int fan_call(struct coordinator *co, struct rpc_client **clients, unsigned method,
+             const void *const *requests, struct arena *a, void **replies, struct status *sts,
+             int timeout_ms, struct status *st)
+{
+	return fan_call_watched(co, clients, method, timeout_ms, 0, requests, a, replies, sts, st);
+}
+
+/* One call to one host, given up (UNAVAILABLE) if the host is lost or restarts meanwhile. */
+int call_host(struct coordinator *co, int host, struct rpc_client *client, unsigned method,
+              const void *req, struct arena *a, void **reply, struct status *st)
+{
+	int n = co->reg.topo.num_hosts;
+	struct rpc_client **clients = arena_calloc(a, (size_t)n, sizeof(*clients));
+	const void **reqs = arena_calloc(a, (size_t)n, sizeof(void *));
+	void **replies = arena_calloc(a, (size_t)n, sizeof(void *));
+	struct status *sts = arena_calloc(a, (size_t)n, sizeof(*sts));
+	if (!clients || !reqs || !replies || !sts)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	clients[host] = client;
+	reqs[host] = req;
+	int rv = fan_call(co, clients, method, reqs, a, replies, sts, co->agent_timeout_ms, st);
+	*reply = replies[host];
+	return rv;
+}
+
+/* The same request for every host. */
+const void **same_for_all(struct arena *a, int n, const void *request)
+{
+	const void **list = arena_calloc(a, (size_t)n, sizeof(void *));
+	for (int i = 0; list != NULL && i < n; i++)
+		list[i] = request;
+	return list;
+}
+
+/*
+ * Watches the hosts of a running step: a lost one makes the step fail everywhere at once, and
+ * a collective that timed out on one host is aborted everywhere with the cores that never
+ * arrived at it.
+ */
+struct step_watch {
+	struct coordinator *co;
+	struct rpc_client **clients;
+	struct rpc_cancel *cancels;
+	const void *const *requests; /* [host]: NULL for a host not called */
+	uint64_t step_id;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	int done;
+	bool *answered;         /* [host]: its call returned */
+	int timed_out;          /* the first host that answered DEADLINE_EXCEEDED, or -1 */
+	struct status deadline; /* the composed DEADLINE_EXCEEDED, once known */
+};
+
+static void watch_answered(struct step_watch *w, int host, const struct status *st, bool running)
+{
+	pthread_mutex_lock(&w->lock);
+	w->answered[host] = true;
+	if (running && st->code == ST_DEADLINE_EXCEEDED && w->timed_out < 0) {
+		w->timed_out = host;
+		w->deadline = *st;
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+/*
+ * Aborts the watched step on host h with code and reason (2 s at most). Returns the RPC's code;
+ * with positions (cores_per_host ints) the host's answer says where its cores were, -1 each
+ * when it did not answer it.
+ */
+static int abort_on_host(struct step_watch *w, int h, int code, const char *reason, int *positions)
+{
+	int cph = w->co->reg.topo.cores_per_host;
+	struct arena *a = arena_new();
+	Podemu__AbortRequest req = PODEMU__ABORT_REQUEST__INIT;
+	req.step_id = w->step_id;
+	req.code = code;
+	req.reason = (char *)reason;
+	void *reply = NULL;
+	struct status st;
+	int rv = a == NULL ? ST_RESOURCE_EXHAUSTED
+	                   : rpc_call(w->clients[h], &podemu__agent__descriptor, AM_ABORT_STEP,
+	                              &req, a, &reply, 2000, &st);
+	const Podemu__AbortReply *rep = reply;
+	for (int c = 0; positions != NULL && c < cph; c++)
+		positions[c] =
+		    rv == ST_OK && rep->n_core_node == (size_t)cph ? rep->core_node[c] : -1;
+	arena_free(a);
+	return rv;
+}
+
+/* Appends " a..b" or " a" ranges of the marked ordinals to out; returns how many. */
+static int format_cores(char *out, size_t len, const bool *marked, int n)
+{
+	int count = 0;
+	for (int i = 0; i < n; i++) {
+		if (!marked[i] || (i > 0 && marked[i - 1]))
+			continue;
+		int j = i;
+		while (j + 1 < n && marked[j + 1])
+			j++;
+		size_t at = strlen(out);
+		if (j > i)
+			snprintf(out + at, len - at, "%s%d..%d", count ? ", " : "", i, j);
+		else
+			snprintf(out + at, len - at, "%s%d", count ? ", " : "", i);
+		count += j - i + 1;
+	}
+	return count;
+}
+
+/*
+ * A collective timed out on host w->timed_out: asks every host still running where its cores
+ * are while aborting the step there. Cores waiting in a collective arrived; cores still
+ * computing, and the cores of hosts that do not answer, never did. The step fails with
+ * DEADLINE_EXCEEDED naming them. Called without w->lock.
+ */
+static void watch_deadline(struct step_watch *w, const bool *answered)
+{
+	struct registry *reg = &w->co->reg;
+	int hosts = reg->topo.num_hosts, cph = reg->topo.cores_per_host, world = hosts * cph;
+	bool *silent = calloc((size_t)world, sizeof(bool));
+	bool *computing = calloc((size_t)world, sizeof(bool));
+	if (silent == NULL || computing == NULL)
+		goto out;
+	char reason[STATUS_MESSAGE_MAX];
+	snprintf(reason, sizeof(reason), "a collective timed out on host %d: %s", w->timed_out,
+	         w->deadline.message);
+	for (int h = 0; h < hosts; h++) {
+		if (answered[h])
+			continue;
+		int where[cph];
+		int rv = abort_on_host(w, h, ST_DEADLINE_EXCEEDED, reason, where);
+		if (rv == ST_OK) {
+			for (int c = 0; c < cph; c++)
+				computing[h * cph + c] = where[c] == -1;
+		} else if (rv != ST_NOT_FOUND) {
+			/* Frozen or gone: its RunStep will not answer either. */
+			for (int c = 0; c < cph; c++)
+				silent[h * cph + c] = true;
+			rpc_cancel_fire(&w->cancels[h], reason);
+		}
+	}
+	char missing[STATUS_MESSAGE_MAX / 2] = "";
+	char list[STATUS_MESSAGE_MAX / 4] = "";
+	if (format_cores(list, sizeof(list), silent, world) > 0)
+		snprintf(missing, sizeof(missing), "cores %s (their host did not answer)", list);
+	list[0] = '\0';
+	if (format_cores(list, sizeof(list), computing, world) > 0) {
+		size_t at = strlen(missing);
+		snprintf(missing + at, sizeof(missing) - at, "%scores %s (still computing)",
+		         at ? "; " : "", list);
+	}
+	pthread_mutex_lock(&w->lock);
+	if (missing[0] == '\0')
+		status_set(&w->deadline, ST_DEADLINE_EXCEEDED,
+		           "%s (every core had arrived at a collective)", w->deadline.message);
+	else
+		status_set(&w->deadline, ST_DEADLINE_EXCEEDED, "%s; never arrived: %s",
+		           w->deadline.message, missing);
+	pthread_mutex_unlock(&w->lock);
+	log_warn("step %llu: %s", (unsigned long long)w->step_id, w->deadline.message);
+out:
+	free(silent);
+	free(computing);
+}
+
+static void *watch_main(void *arg)
+{
+	struct step_watch *w = arg;
+	struct registry *reg = &w->co->reg;
+	int hosts = reg->topo.num_hosts, cph = reg->topo.cores_per_host;
+	pthread_mutex_lock(&w->lock);
+	while (!w->done) {
+		struct timespec ts = clock_deadline_ms(100);
+		pthread_cond_timedwait(&w->cv, &w->lock, &ts);
+
+		if (w->done)
+			break;
+		if (w->timed_out >= 0) {
+			int hosts_n = reg->topo.num_hosts;
+			bool answered[hosts_n];
+			memcpy(answered, w->answered, sizeof(answered));
+			pthread_mutex_unlock(&w->lock);
+			watch_deadline(w, answered);
+			pthread_mutex_lock(&w->lock);
+			break;
+		}
+		int lost = -1;
+		bool restarted = false;
+		pthread_mutex_lock(&reg->lock);
+		for (int h = 0; h < hosts && lost < 0; h++)
+			if (w->requests[h] != NULL &&
+			    (!reg->hosts[h].alive || reg->hosts[h].client != w->clients[h])) {
+				lost = h;
+				restarted = reg->hosts[h].alive;
+			}
+		pthread_mutex_unlock(&reg->lock);
+		if (lost < 0)
+			continue;
+		char reason[512], step[64] = "";
+		if (w->step_id != 0)
+			snprintf(step, sizeof(step), "; step %llu cannot complete",
+			         (unsigned long long)w->step_id);
+		if (restarted)
+			snprintf(reason, sizeof(reason), "host %d (cores %d..%d) restarted%s", lost,
+			         lost * cph, (lost + 1) * cph - 1, step);
+		else
+			snprintf(reason, sizeof(reason),
+			         "host %d (cores %d..%d) is lost: no heartbeat within %d ms%s",
+			         lost, lost * cph, (lost + 1) * cph - 1, reg->heartbeat_timeout_ms,
+			         step);
+		log_warn("%s", reason);
+		pthread_mutex_unlock(&w->lock);
+		rpc_cancel_fire(&w->cancels[lost], reason);
+		/* The survivors stop waiting for the lost host's data and report why. */
+		for (int h = 0; h < hosts && w->step_id != 0; h++) {
+			if (h == lost)
+				continue;
+			abort_on_host(w, h, ST_UNAVAILABLE, reason, NULL);
+		}
+		pthread_mutex_lock(&w->lock);
+		break;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+/* fan_call for a step's phases, watching the hosts while it runs. */
+int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsigned method,
+                     int timeout_ms, uint64_t step_id, const void *const *requests, struct arena *a,
+                     void **replies, struct status *sts, struct status *st)
+{
+	int n = co->reg.topo.num_hosts;
+	struct rpc_cancel *cancels = arena_calloc(a, (size_t)n, sizeof(*cancels));
+	if (cancels == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int h = 0; h < n; h++)
+		rpc_cancel_init(&cancels[h]);
+	struct step_watch w = {.co = co,
+	                       .clients = clients,
+	                       .cancels = cancels,
+	                       .requests = requests,
+	                       .step_id = step_id,
+	                       .answered = arena_calloc(a, (size_t)n, sizeof(bool)),
+	                       .timed_out = -1};
+	if (w.answered == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	pthread_t thread;
+	int watching = pthread_create(&thread, NULL, watch_main, &w) == 0;
+	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, cancels, &w};
+	/* One host (a transfer, say): call it from this thread rather than a thread per host. */
+	int called = 0, only = -1;
+	for (int h = 0; h < n; h++)
+		if (requests[h] != NULL) {
+			called++;
+			only = h;
+		}
+	if (called == 1) {
+		for (int h = 0; h < n; h++)
+			status_clear(&sts[h]);
+		fan_one(only, &f);
+	} else {
+		fanout_run(n, fan_one, &f);
+	}
+	if (watching) {
+		pthread_mutex_lock(&w.lock);
+		w.done = 1;
+		pthread_cond_broadcast(&w.cv);
+		pthread_mutex_unlock(&w.lock);
+		pthread_join(thread, NULL);
+	}
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.lock);
+	for (int h = 0; h < n; h++)
+		rpc_cancel_destroy(&cancels[h]);
+	/* The cause first: a timed-out collective or a lost host; the others only echo it. */
+	if (w.timed_out >= 0)
+		return status_set(st, ST_DEADLINE_EXCEEDED, "%s", w.deadline.message);
+	for (int h = 0; h < n; h++)
+		if (cancels[h].fired)
+			return status_set(st, ST_UNAVAILABLE, "%s", cancels[h].reason);
+	for (int h = 0; h < n; h++)
+		if (sts[h].code != ST_OK)
+			return status_set(st, sts[h].code, "%s", sts[h].message);
+	return ST_OK;
+}
