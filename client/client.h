@@ -1,0 +1,79 @@
+/*
+ * The client library's insides, shared by its files: podemu.c (connection, steps, transfers,
+ * memory), ops.c (recording ops into the pending graph) and collectives.c (replica groups,
+ * meshes and collectives). Nothing here is exported (client/podemu.map).
+ */
+#ifndef PODEMU_CLIENT_H
+#define PODEMU_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "graph.h"
+#include "podemu.pb-c.h"
+#include "podemu/podemu.h"
+#include "status.h"
+
+struct pe_tensor {
+	pe_client *c;
+	pe_tensor *prev, *next;
+	struct shape shape;
+	int node;        /* >= 0: pending, the node of the current graph */
+	uint64_t handle; /* != 0: a device buffer */
+};
+
+struct pe_client {
+	struct rpc_client *rpc;
+	int code;
+	char error[STATUS_MESSAGE_MAX + 64];
+	char topology[64];
+	int world_size;
+	int num_hosts;
+	pe_tensor *tensors;
+	/* The pending graph. */
+	struct arena *graph_arena;
+	Podemu__Node **nodes;
+	struct shape *shapes;
+	int num_nodes;
+	int cap_nodes;
+	uint64_t *release_after;
+	size_t num_release;
+	size_t cap_release;
+	/* The device mesh and every pe_groups made, which live as long as the client. */
+	struct arena *long_arena;
+	Podemu__MeshAxis **mesh;
+	size_t num_mesh;
+	/* The last step's collectives: node indices, timings, algorithms, scratch. */
+	int num_colls;
+	int64_t *coll_micros;
+	char **coll_algorithms;
+	int64_t *coll_scratch;
+};
+
+struct pe_groups {
+	const char *axis; /* a mesh axis, or NULL */
+	Podemu__ReplicaGroup **groups;
+	size_t num_groups;
+};
+
+/* Records code and message as c's last error; returns code. */
+int client_fail(pe_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int client_fail_status(pe_client *c, const struct status *st);
+
+/* A tensor of c (a pending node's value when node >= 0, else device buffer handle). */
+pe_tensor *client_tensor_new(pe_client *c, const struct shape *shape, int node, uint64_t handle);
+/* A new node of the pending graph, zeroed, with opcode set; NULL (c's error set) on failure. */
+Podemu__Node *client_node_new(pe_client *c, enum opcode op);
+int64_t *client_dims_copy(pe_client *c, const int64_t *dims, size_t n);
+Podemu__Shape *client_shape_new(pe_client *c, int dtype, const int64_t *dims, int rank);
+/* Infers the node's shape and appends it; returns its index or -1. */
+int client_node_add(pe_client *c, Podemu__Node *n);
+/* client_node_add, and the tensor of its value. */
+pe_tensor *client_node_tensor(pe_client *c, Podemu__Node *n);
+/* n (NULL: an error already set) over the single operand a, recorded; its tensor or NULL. */
+pe_tensor *client_unary(pe_tensor *a, Podemu__Node *n);
+/* The node that reads tensor t in the pending graph: its own node, or a parameter; -1. */
+int client_operand_of(pe_tensor *t);
+
+#endif
