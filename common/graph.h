@@ -1,7 +1,7 @@
 /*
- * Step graphs: opcodes (named after HLO) and shape inference. Shared by the client library,
- * which infers a tensor's shape when an op is recorded, and the coordinator, which checks every
- * graph it receives before planning it.
+ * Step graphs: opcodes (named after HLO, graph.c) and shape inference (infer.c). Shared by the
+ * client library, which infers a tensor's shape when an op is recorded, and the coordinator,
+ * which checks every graph it receives before planning it.
  */
 #ifndef PODEMU_GRAPH_H
 #define PODEMU_GRAPH_H
