@@ -289,6 +289,8 @@ static int reduce(const struct kernel_call *k, struct status *st)
 		init = -9.3e18;
 	if (!dtype_is_float(in->dtype) && kind == 2)
 		init = 9.3e18;
+	if (k->node->n_operands == 2) /* XLA's init_value, folded in once per result element */
+		init = dtype_load(in->dtype, k->in[1], 0);
 	for (int64_t i = 0; i < n_out; i++)
 		acc[i] = init;
 	bool reduced[SHAPE_MAX_RANK] = {false};

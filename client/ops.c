@@ -49,19 +49,15 @@ pe_tensor *pe_replica_id(pe_client *c)
 	return n ? client_node_tensor(c, n) : NULL;
 }
 
-static pe_tensor *binary(pe_tensor *a, pe_tensor *b, enum opcode op)
+/* Node n (already made) with operands a and b, of one client. */
+static pe_tensor *binary_node(pe_tensor *a, pe_tensor *b, Podemu__Node *n)
 {
-	if (a == NULL || b == NULL)
-		return NULL;
 	pe_client *c = a->c;
 	if (b->c != c) {
 		client_fail(c, ST_INVALID_ARGUMENT, "%s: operands belong to different clients",
-		            opcode_name(op));
+		            n->opcode);
 		return NULL;
 	}
-	Podemu__Node *n = client_node_new(c, op);
-	if (n == NULL)
-		return NULL;
 	int x = client_operand_of(a), y = x >= 0 ? client_operand_of(b) : -1;
 	if (y < 0)
 		return NULL;
@@ -72,6 +68,14 @@ static pe_tensor *binary(pe_tensor *a, pe_tensor *b, enum opcode op)
 	n->operands[1] = y;
 	n->n_operands = 2;
 	return client_node_tensor(c, n);
+}
+
+static pe_tensor *binary(pe_tensor *a, pe_tensor *b, enum opcode op)
+{
+	if (a == NULL || b == NULL)
+		return NULL;
+	Podemu__Node *n = client_node_new(a->c, op);
+	return n != NULL ? binary_node(a, b, n) : NULL;
 }
 
 pe_tensor *pe_add(pe_tensor *a, pe_tensor *b)
@@ -421,7 +425,8 @@ pe_tensor *pe_concatenate(pe_tensor *const *tensors, int n_tensors, int dimensio
 	return client_node_tensor(c, n);
 }
 
-pe_tensor *pe_reduce(pe_tensor *a, pe_reduce_op op, const int64_t *dimensions, int n_dims)
+pe_tensor *pe_reduce_init(pe_tensor *a, pe_tensor *init, pe_reduce_op op, const int64_t *dimensions,
+                          int n_dims)
 {
 	if (a == NULL)
 		return NULL;
@@ -436,7 +441,12 @@ pe_tensor *pe_reduce(pe_tensor *a, pe_reduce_op op, const int64_t *dimensions, i
 	n->dimensions = client_dims_copy(a->c, dimensions, (size_t)n_dims);
 	n->n_dimensions = (size_t)n_dims;
 	n->reducer = (char *)reducer_name((enum reducer)op);
-	return client_unary(a, n);
+	return init != NULL ? binary_node(a, init, n) : client_unary(a, n);
+}
+
+pe_tensor *pe_reduce(pe_tensor *a, pe_reduce_op op, const int64_t *dimensions, int n_dims)
+{
+	return pe_reduce_init(a, NULL, op, dimensions, n_dims);
 }
 
 pe_tensor *pe_reduce_sum(pe_tensor *a, const int64_t *dimensions, int n_dims)

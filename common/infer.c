@@ -344,9 +344,24 @@ static int infer_concatenate(struct shape *out, const Podemu__Node *n, const str
 	return shape_make(out, first->dtype, out->dims, out->rank, st);
 }
 
-static int infer_reduce(struct shape *out, const Podemu__Node *n, const struct shape *in,
+/* reduce(operand) or reduce(operand, init_value): the init a scalar of the operand's type. */
+static int infer_reduce(struct shape *out, const Podemu__Node *n, const struct shape *shapes,
                         const char *label, struct status *st)
 {
+	if (n->n_operands != 1 && n->n_operands != 2)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: expects an operand and an optional init value, got %zu "
+		                  "operands",
+		                  label, n->n_operands);
+	const struct shape *in = &shapes[n->operands[0]];
+	if (n->n_operands == 2) {
+		const struct shape *init = &shapes[n->operands[1]];
+		char text[128];
+		if (init->rank != 0 || init->dtype != in->dtype)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT, "%s: init value must be a scalar %s, got %s",
+			    label, dtype_name(in->dtype), shape_format(text, sizeof(text), init));
+	}
 	enum reducer r = reducer_parse(n->reducer);
 	if (r == RED_INVALID || r == RED_AND || r == RED_OR)
 		return status_set(st, ST_UNIMPLEMENTED,
@@ -516,7 +531,7 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	    [OP_PAD] = 1,
 	    [OP_SLICE] = 1,
 	    [OP_CONCATENATE] = -1,
-	    [OP_REDUCE] = 1,
+	    [OP_REDUCE] = -1,
 	    [OP_OPT_BARRIER] = -1,
 	    [OP_GET_TUPLE_ELEMENT] = 1,
 	    [OP_ALL_GATHER] = 1,
@@ -644,7 +659,7 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	case OP_CONCATENATE:
 		return infer_concatenate(out, n, shapes, label, st);
 	case OP_REDUCE:
-		return infer_reduce(out, n, a, label, st);
+		return infer_reduce(out, n, shapes, label, st);
 	case OP_OPT_BARRIER:
 		memset(out, 0, sizeof(*out));
 		out->tuple = true;

@@ -125,11 +125,21 @@ static void test_structural_ops(void **state)
 	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[3]), "f32[4,12]");
 	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[4]), "f32[24]");
 	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[5]), "f32[4]");
+	/* reduce(operand, init_value): the init is a scalar of the operand's type. */
+	gb_node(&b, "constant", -1, -1, -1)->shape = gb_shape(&b, DT_F32, NULL, 0);
+	gb_dims(&b, gb_node(&b, "reduce", 0, 6, -1), red, 1);
+	assert_int_equal(check(&b, 1, &st), ST_OK);
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[7]), "f32[4]");
+	gb_dims(&b, gb_node(&b, "reduce", 0, 5, -1), red, 1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message, "reduce (node 8): init value must be a scalar f32, got "
+	                                "f32[4]");
+	b.g.n_nodes--;
 	int64_t bad[] = {25};
 	gb_dims(&b, gb_node(&b, "reshape", 0, -1, -1), bad, 1);
 	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
 	assert_string_equal(st.message,
-	                    "reshape (node 6): Reshape operation has mismatched element counts: "
+	                    "reshape (node 8): Reshape operation has mismatched element counts: "
 	                    "from=24 (f32[4,6]) to=25 (f32[25]).");
 	arena_free(b.a);
 }

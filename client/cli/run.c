@@ -358,22 +358,8 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 			return unimplemented(r, in,
 			                     "only one operand reduced by add, multiply, maximum "
 			                     "or minimum has a kernel");
-		v->t = pe_reduce(arg(r, in, 0), red, in->dimensions, in->n_dimensions);
-		/* XLA folds init_value in once per result element. */
-		const struct value *init = &r->vals[in->operands[1]->index];
-		double identity = red == PE_REDUCE_SUM       ? 0
-		                  : red == PE_REDUCE_PRODUCT ? 1
-		                  : red == PE_REDUCE_MAX     ? -INFINITY
-		                                             : INFINITY;
-		if (v->t != NULL && !(init->is_scalar_constant && init->scalar == identity)) {
-			pe_tensor *b = pe_broadcast(arg(r, in, 1), s->dims, s->rank, NULL);
-			pe_tensor *(*fold)(pe_tensor *, pe_tensor *) =
-			    red == PE_REDUCE_SUM       ? pe_add
-			    : red == PE_REDUCE_PRODUCT ? pe_multiply
-			    : red == PE_REDUCE_MAX     ? pe_maximum
-			                               : pe_minimum;
-			v->t = fold(v->t, b);
-		}
+		v->t = pe_reduce_init(arg(r, in, 0), arg(r, in, 1), red, in->dimensions,
+		                      in->n_dimensions);
 	} else if (strcmp(op, "all-gather") == 0) {
 		v->t = in->n_dimensions == 1
 		           ? pe_all_gather_groups(arg(r, in, 0), (int)in->dimensions[0], groups)

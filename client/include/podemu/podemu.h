@@ -212,6 +212,12 @@ PE_API pe_groups *pe_groups_axis(pe_client *c, const char *axis);
 
 /* XLA reduce over dimensions with the reduction's identity as init (add, multiply, max, min). */
 PE_API pe_tensor *pe_reduce(pe_tensor *a, pe_reduce_op op, const int64_t *dimensions, int n);
+/*
+ * XLA reduce(a, init) over dimensions: init, a scalar of a's type, is folded in once per result
+ * element (NULL: the reduction's identity, as pe_reduce).
+ */
+PE_API pe_tensor *pe_reduce_init(pe_tensor *a, pe_tensor *init, pe_reduce_op op,
+                                 const int64_t *dimensions, int n);
 
 PE_API pe_tensor *pe_all_gather_groups(pe_tensor *a, int dimension, const pe_groups *g);
 /* torch_xla's all_reduce: reduce over each group, then multiply by scale (1.0: none). */
