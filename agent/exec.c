@@ -141,6 +141,11 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 		if (op != OP_OPT_BARRIER)
 			break;
 		return ST_OK;
+	case PODEMU__BUFFER_KIND__BUFFER_OTHER_SPACE:
+		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT ||
+		    opcode_is_collective(op))
+			break;
+		return ST_OK;
 	case PODEMU__BUFFER_KIND__BUFFER_FUSED:
 		if (s->prog->n_fused_into == 0 || s->prog->fused_into[i] == -1)
 			break;
@@ -311,6 +316,27 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 }
 
 /* Allocates outputs and the reservation on every core; all or nothing. Lock held. */
+/*
+ * A value outside HBM (memory space S(n)): host memory of the step's own, freed with it and
+ * charged to no core's heap, as XLA keeps such buffers out of HBM.
+ */
+static int place_elsewhere(struct step *s, int c, size_t i, int cores, size_t n, struct status *st)
+{
+	if (s->elsewhere == NULL &&
+	    (s->elsewhere = arena_calloc(s->arena, (size_t)cores, sizeof(void **))) == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if (s->elsewhere[c] == NULL &&
+	    (s->elsewhere[c] = arena_calloc(s->arena, n, sizeof(void *))) == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int64_t bytes = shape_bytes(&s->shapes[i]);
+	s->elsewhere[c][i] = arena_calloc(s->arena, 1, (size_t)bytes + 1);
+	if (s->elsewhere[c][i] == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED,
+		                  "node %zu: out of host memory for %lld bytes outside HBM", i,
+		                  (long long)bytes);
+	return ST_OK;
+}
+
 static int step_allocate(struct device *dev, struct step *s, struct status *st)
 {
 	Podemu__Program *p = s->prog;
@@ -326,6 +352,11 @@ static int step_allocate(struct device *dev, struct step *s, struct status *st)
 			s->offsets[c][i] = -1;
 	}
 	int rv = ST_OK;
+	for (int c = 0; c < dev->cores_per_host && dev->backed; c++)
+		for (size_t i = 0; i < n; i++)
+			if (p->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_OTHER_SPACE &&
+			    (rv = place_elsewhere(s, c, i, dev->cores_per_host, n, st)) != ST_OK)
+				return rv;
 	for (int c = 0; c < dev->cores_per_host && rv == ST_OK; c++) {
 		struct core *core = &dev->cores[c];
 		for (size_t i = 0; i < n && rv == ST_OK; i++) {

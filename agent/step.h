@@ -47,6 +47,7 @@ struct step {
 	struct shape *shapes;
 	enum opcode *ops;
 	int64_t **offsets; /* [core][node]: heap offset of the node's value, -1 when none */
+	void ***elsewhere; /* [core][node]: a value outside HBM (BUFFER_OTHER_SPACE), or NULL */
 	const Podemu__CollectiveSchedule ***sched; /* [core][node] */
 	int *coll_of_node;
 	int num_colls;
@@ -82,7 +83,9 @@ static inline int64_t layout_len(const Podemu__BlockLayout *l)
 static inline void *core_ptr(struct core *c, struct step *s, int node)
 {
 	int64_t off = s->offsets[c->local][node];
-	return off < 0 ? NULL : hbm_ptr(&c->heap, off);
+	if (off < 0)
+		return s->elsewhere != NULL ? s->elsewhere[c->local][node] : NULL;
+	return hbm_ptr(&c->heap, off);
 }
 
 /* Runs core c's schedule for collective node `node` of s. */

@@ -454,6 +454,21 @@ pe_tensor *pe_reduce_sum(pe_tensor *a, const int64_t *dimensions, int n_dims)
 	return pe_reduce(a, PE_REDUCE_SUM, dimensions, n_dims);
 }
 
+int pe_set_layout(pe_tensor *t, const char *layout)
+{
+	if (t == NULL)
+		return PE_INVALID_ARGUMENT;
+	if (t->node < 0)
+		return client_fail(t->c, ST_INVALID_ARGUMENT,
+		                   "set_layout: the tensor is a device buffer already; its layout "
+		                   "was fixed when it was made");
+	char *copy = arena_strdup(t->c->graph_arena, layout != NULL ? layout : "");
+	if (copy == NULL)
+		return client_fail(t->c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	t->c->nodes[t->node]->layout = copy;
+	return PE_OK;
+}
+
 int pe_optimization_barrier(pe_tensor **tensors, int n_tensors)
 {
 	if (tensors == NULL || n_tensors < 1 || tensors[0] == NULL)

@@ -345,6 +345,12 @@ pe_tensor *client_unary(pe_tensor *a, Podemu__Node *n)
 pe_tensor *pe_upload(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank,
                      const void *const *per_core)
 {
+	return pe_upload_layout(c, dtype, dims, rank, NULL, per_core);
+}
+
+pe_tensor *pe_upload_layout(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank,
+                            const char *layout, const void *const *per_core)
+{
 	struct shape shape;
 	struct status st;
 	if (rank < 0 || rank > PE_MAX_RANK) {
@@ -371,6 +377,8 @@ pe_tensor *pe_upload(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank
 	}
 	Podemu__CreateBufferRequest req = PODEMU__CREATE_BUFFER_REQUEST__INIT;
 	req.shape = ps;
+	if (layout != NULL)
+		req.layout = (char *)layout;
 	struct arena *a;
 	void *reply;
 	int rv = call(c, CM_CREATE_BUFFER, &req, &a, &reply, CALL_TIMEOUT_MS);

@@ -159,7 +159,10 @@ static int in_place_buffer(const struct memplan *p, const struct hlo_instruction
 			continue;
 		int id = from->ids[0];
 		const struct plan_buffer *buf = &p->buffers[id];
+		/* Only within one memory space: HBM to HBM, or outside it. */
+		bool same_space = (buf->other_space_bytes > 0) == !layout_in_hbm(&in->shape);
 		if (buf->kind == BUF_TEMP && (buf->def == op || taken[op->index] == id) &&
+		    same_space &&
 		    buf->bytes == aligned(layout_bytes(&in->shape, o->tiled), o->alignment) &&
 		    buf->unpadded_bytes == layout_bytes(&in->shape, false))
 			return id;

@@ -27,25 +27,45 @@ static enum hlo_type hlo_type_of(int dtype)
 	}
 }
 
-static int array_shape(struct hlo_shape *out, const struct shape *s, struct arena *a)
+int graph_value_shape(struct hlo_shape *out, const struct shape *s, const char *layout,
+                      struct arena *a, struct status *st)
 {
 	memset(out, 0, sizeof(*out));
 	out->type = hlo_type_of(s->dtype);
 	out->rank = s->rank;
 	out->dims = arena_calloc(a, (size_t)s->rank + 1, sizeof(int64_t));
 	if (out->dims == NULL)
-		return -1;
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	memcpy(out->dims, s->dims, (size_t)s->rank * sizeof(int64_t));
-	return 0;
+	if (layout == NULL || layout[0] == '\0')
+		return ST_OK;
+	int rv = hlo_parse_layout(out, layout, a, st);
+	if (rv == ST_OK && out->element_bits != 0 && out->element_bits < hlo_type_bits(out->type)) {
+		char text[128];
+		return status_set(st, ST_UNIMPLEMENTED,
+		                  "layout %s of %s: E(%d) packs elements below their %d bits, and "
+		                  "the pod stores whole elements",
+		                  layout, hlo_shape_format(text, sizeof(text), out),
+		                  out->element_bits, hlo_type_bits(out->type));
+	}
+	return rv;
 }
 
-int64_t graph_shape_bytes(const struct shape *s, bool tiled)
+int graph_value_bytes(int64_t *bytes, const struct shape *s, const char *layout, bool tiled,
+                      struct arena *a, struct status *st)
 {
-	struct hlo_shape h = {.type = hlo_type_of(s->dtype), .rank = s->rank};
-	int64_t dims[SHAPE_MAX_RANK];
-	memcpy(dims, s->dims, sizeof(dims));
-	h.dims = dims;
-	return layout_bytes(&h, tiled);
+	struct hlo_shape h;
+	int rv = graph_value_shape(&h, s, layout, a, st);
+	*bytes = rv == ST_OK ? layout_bytes(&h, tiled) : 0;
+	if (rv == ST_OK && h.memory_space != 0) {
+		char text[128];
+		return status_set(st, ST_UNIMPLEMENTED,
+		                  "layout %s of %s: memory space S(%lld) is not HBM, and the pod "
+		                  "keeps device buffers in HBM",
+		                  layout, hlo_shape_format(text, sizeof(text), &h),
+		                  (long long)h.memory_space);
+	}
+	return rv;
 }
 
 /* in's shape: the tuple of its operands' shapes (the root, an opt-barrier). */
@@ -156,8 +176,11 @@ int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct
 		if (shapes[i].tuple) { /* an opt-barrier: the tuple of its operands */
 			if (tuple_of_operands(in, a) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		} else if (array_shape(&in->shape, &shapes[i], a) != 0) {
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		} else if (graph_value_shape(&in->shape, &shapes[i], node->layout, a, st) !=
+		           ST_OK) {
+			char msg[STATUS_MESSAGE_MAX];
+			snprintf(msg, sizeof(msg), "%s", st->message);
+			return status_set(st, st->code, "node %d (%s): %s", i, node->opcode, msg);
 		}
 		in->n_dimensions = (int)node->n_dimensions;
 		in->dimensions = node->dimensions;

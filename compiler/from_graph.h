@@ -16,8 +16,19 @@
 #include "podemu.pb-c.h"
 #include "status.h"
 
-/* Bytes of an array shape in the pod's layout (TPU tiles when tiled), as the plan charges it. */
-int64_t graph_shape_bytes(const struct shape *s, bool tiled);
+/*
+ * An array value of shape s in the layout written for it (XLA's text after a shape, such as
+ * "{0:T(256)}"; NULL or "": the pod's layout). INVALID_ARGUMENT for a layout that does not
+ * read or fit, UNIMPLEMENTED for E(n) below the type's bits (the pod stores whole elements).
+ */
+int graph_value_shape(struct hlo_shape *out, const struct shape *s, const char *layout,
+                      struct arena *a, struct status *st);
+/*
+ * The bytes of a device buffer of that shape and layout as the plan charges them (TPU tiles
+ * unless tiled is false), into *bytes; UNIMPLEMENTED for a memory space other than HBM.
+ */
+int graph_value_bytes(int64_t *bytes, const struct shape *s, const char *layout, bool tiled,
+                      struct arena *a, struct status *st);
 
 /* Builds *out from g (shapes[i]: node i's checked shape) for a pod of world cores, from a. */
 int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct shape *shapes,

@@ -82,6 +82,14 @@ int64_t hlo_shape_bytes(const struct hlo_shape *s);
 /* XLA's text form without layout ("f32[1024,128]", "(f32[2], s32[])"); returns buf. */
 char *hlo_shape_format(char *buf, size_t len, const struct hlo_shape *s);
 
+/*
+ * Reads a layout as XLA writes it after a shape ("{1,0:T(8,128)(2,1)S(1)}") onto the array
+ * shape s; INVALID_ARGUMENT naming the layout and the column on error. Format writes s's
+ * layout back in that form ("" when s has none); returns buf.
+ */
+int hlo_parse_layout(struct hlo_shape *s, const char *text, struct arena *a, struct status *st);
+char *hlo_layout_format(char *buf, size_t len, const struct hlo_shape *s);
+
 struct hlo_computation;
 
 /* How an instruction names another computation. */

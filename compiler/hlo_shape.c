@@ -336,3 +336,62 @@ int hlo_read_shape(struct reader *r, struct hlo_shape *out, int depth)
 		return read_layout(r, out);
 	return ST_OK;
 }
+
+int hlo_parse_layout(struct hlo_shape *s, const char *text, struct arena *a, struct status *st)
+{
+	struct hlo_module m = {0}; /* takes the warnings, which a lone layout has no line for */
+	struct status rst;
+	status_clear(&rst);
+	struct reader r = {
+	    .p = text, .end = text + strlen(text), .start = text, .a = a, .st = &rst, .m = &m};
+	reader_skip(&r);
+	if (!reader_at(&r, '{'))
+		reader_fail(&r, r.p, "expected '{' to start the layout");
+	else if (read_layout(&r, s) == ST_OK) {
+		reader_skip(&r);
+		if (r.p != r.end)
+			reader_fail(&r, r.p, "unexpected text after the layout");
+	}
+	if (!r.failed)
+		return ST_OK;
+	char shape[256];
+	/* "line 1, column C: ..." names the column of the layout text. */
+	const char *msg = strstr(rst.message, "column");
+	return status_set(st, ST_INVALID_ARGUMENT, "layout %s of %s: %s", text,
+	                  hlo_shape_format(shape, sizeof(shape), s), msg ? msg : rst.message);
+}
+
+char *hlo_layout_format(char *buf, size_t len, const struct hlo_shape *s)
+{
+	size_t at = 0;
+	buf[0] = '\0';
+#define PUT(...)                                                                                   \
+	do {                                                                                       \
+		if (at < len)                                                                      \
+			at += (size_t)snprintf(buf + at, len - at, __VA_ARGS__);                   \
+	} while (0)
+	if (!s->has_layout || s->type == HT_TUPLE)
+		return buf;
+	PUT("{");
+	for (int i = 0; s->minor_to_major != NULL && i < s->rank; i++)
+		PUT("%s%d", i ? "," : "", s->minor_to_major[i]);
+	if (s->n_tiles > 0 || s->element_bits > 0 || s->memory_space != 0)
+		PUT(":");
+	for (int t = 0; t < s->n_tiles; t++) {
+		PUT("%s(", t == 0 ? "T" : "");
+		for (int d = 0; d < s->tiles[t].rank; d++) {
+			if (s->tiles[t].dims[d] < 0)
+				PUT("%s*", d ? "," : "");
+			else
+				PUT("%s%lld", d ? "," : "", (long long)s->tiles[t].dims[d]);
+		}
+		PUT(")");
+	}
+	if (s->element_bits > 0)
+		PUT("E(%d)", s->element_bits);
+	if (s->memory_space != 0)
+		PUT("S(%lld)", (long long)s->memory_space);
+	PUT("}");
+#undef PUT
+	return buf;
+}

@@ -36,16 +36,18 @@ static const char *buffer_name(char *buf, size_t len, const struct plan_buffer *
 
 static void print_largest(FILE *f, const struct memplan *p, int max)
 {
-	char size[32], unpadded[32], extra[32], shape[512], name[512];
+	char size[32], unpadded[32], extra[32], shape[512], layout[256], name[512];
 	for (int k = 0; k < p->n_peak_live && k < max; k++) {
 		const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
+		/* With its layout when the module writes one, as XLA prints it. */
 		fprintf(f,
 		        "  %d. Size: %s\n"
 		        "     Operator: op_type=\"%s\"\n"
-		        "     Shape: %s\n"
+		        "     Shape: %s%s\n"
 		        "     Unpadded size: %s\n",
 		        k + 1, status_human_bytes(size, b->bytes), b->op ? b->op : b->def->opcode,
 		        hlo_shape_format(shape, sizeof(shape), &b->def->shape),
+		        hlo_layout_format(layout, sizeof(layout), &b->def->shape),
 		        status_human_bytes(unpadded, b->unpadded_bytes));
 		if (b->bytes > b->unpadded_bytes)
 			fprintf(f, "     Extra memory due to padding: %s (%.1fx expansion)\n",

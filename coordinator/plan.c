@@ -60,6 +60,13 @@ static int assignment(Podemu__BufferAssignment *b, const Podemu__Graph *g, int i
 	} else if (op == OP_GET_TUPLE_ELEMENT) {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
 		b->alias_of = position[buf->def->index];
+	} else if (buf->other_space_bytes > 0 && buf->kind == BUF_OUTPUT) {
+		return status_set(st, ST_UNIMPLEMENTED,
+		                  "node %d (%s): an output in a memory space other than HBM: the "
+		                  "pod keeps device buffers in HBM",
+		                  i, g->nodes[i]->opcode);
+	} else if (buf->other_space_bytes > 0) {
+		b->kind = PODEMU__BUFFER_KIND__BUFFER_OTHER_SPACE; /* host memory, not HBM */
 	} else if (buf->kind == BUF_OUTPUT && output_of[i] < 0) {
 		/* Computed into the buffer of the output that then works on it in place. */
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;

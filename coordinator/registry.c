@@ -221,8 +221,12 @@ struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle)
 }
 
 int registry_add_handle(struct registry *r, uint64_t handle, const struct shape *shape,
-                        struct status *st)
+                        const char *layout, struct status *st)
 {
+	if (layout != NULL && strlen(layout) >= LAYOUT_TEXT_MAX)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "layout %.40s...: longer than %d characters", layout,
+		                  LAYOUT_TEXT_MAX - 1);
 	if (r->num_handles == r->cap_handles) {
 		int cap = r->cap_handles ? r->cap_handles * 2 : 64;
 		struct handle_entry *e = realloc(r->handles, (size_t)cap * sizeof(*e));
@@ -231,7 +235,9 @@ int registry_add_handle(struct registry *r, uint64_t handle, const struct shape 
 		r->handles = e;
 		r->cap_handles = cap;
 	}
-	r->handles[r->num_handles++] = (struct handle_entry){.handle = handle, .shape = *shape};
+	struct handle_entry *e = &r->handles[r->num_handles++];
+	*e = (struct handle_entry){.handle = handle, .shape = *shape};
+	snprintf(e->layout, sizeof(e->layout), "%s", layout != NULL ? layout : "");
 	return ST_OK;
 }
 

@@ -31,9 +31,13 @@ struct host {
 	struct rpc_client *client;
 };
 
+/* Longest layout text a device buffer keeps (Node.layout, CreateBufferRequest.layout). */
+#define LAYOUT_TEXT_MAX 160
+
 struct handle_entry {
 	uint64_t handle;
 	struct shape shape;
+	char layout[LAYOUT_TEXT_MAX]; /* as written; "" is the pod's layout */
 };
 
 struct registry {
@@ -79,8 +83,9 @@ bool registry_ready_locked(struct registry *r, struct status *st);
 
 /* Handle table (lock held). find returns NULL when unknown. */
 struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle);
+/* layout: NULL or "" for the pod's layout; at most LAYOUT_TEXT_MAX - 1 characters. */
 int registry_add_handle(struct registry *r, uint64_t handle, const struct shape *shape,
-                        struct status *st);
+                        const char *layout, struct status *st);
 void registry_remove_handle(struct registry *r, uint64_t handle);
 
 /*

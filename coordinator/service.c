@@ -379,6 +379,18 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 			                (unsigned long long)e->handle,
 			                shape_format(sa, sizeof(sa), &e->shape),
 			                shape_format(sb, sizeof(sb), &shapes[i]));
+		else /* a parameter is in its device buffer's layout, whatever the client says */
+			g->nodes[i]->layout =
+			    e->layout[0] ? arena_strdup(a, e->layout) : (char *)"";
+		if (g->nodes[i]->layout == NULL)
+			rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++) {
+		const char *l = g->nodes[g->outputs[k]]->layout;
+		if (l != NULL && strlen(l) >= LAYOUT_TEXT_MAX)
+			rv = status_set(st, ST_INVALID_ARGUMENT,
+			                "output %zu: layout longer than %d characters", k,
+			                LAYOUT_TEXT_MAX - 1);
 	}
 	for (size_t k = 0; k < g->n_outputs; k++)
 		out_handles[k] = co->reg.next_handle++;
@@ -527,7 +539,8 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	rep->n_node_scratch_bytes = g->n_nodes;
 	pthread_mutex_lock(&co->reg.lock);
 	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)
-		rv = registry_add_handle(&co->reg, out_handles[k], &shapes[g->outputs[k]], st);
+		rv = registry_add_handle(&co->reg, out_handles[k], &shapes[g->outputs[k]],
+		                         g->nodes[g->outputs[k]]->layout, st);
 	pthread_mutex_unlock(&co->reg.lock);
 	return rv;
 }
@@ -600,7 +613,16 @@ static int h_create_buffer(void *state, struct arena *a, const void *request, vo
 	podemu__create_buffer_request__init(fwd);
 	fwd->shape = req->shape;
 	fwd->handle = handle;
-	fwd->bytes = graph_shape_bytes(&shape, co->tiled);
+	fwd->layout = req->layout;
+	if ((rv = graph_value_bytes(&fwd->bytes, &shape, req->layout, co->tiled, a, st)) != ST_OK)
+		goto out;
+	if (req->layout != NULL && strlen(req->layout) >= LAYOUT_TEXT_MAX) {
+		rv = status_set(st, ST_INVALID_ARGUMENT,
+		                "create buffer: layout longer than %d "
+		                "characters",
+		                LAYOUT_TEXT_MAX - 1);
+		goto out;
+	}
 	rv = fan_call(co, clients, AM_CREATE_BUFFER, reqs, a, replies, sts, co->agent_timeout_ms,
 	              st);
 	if (rv != ST_OK) {
@@ -610,7 +632,7 @@ static int h_create_buffer(void *state, struct arena *a, const void *request, vo
 		goto out;
 	}
 	pthread_mutex_lock(&co->reg.lock);
-	rv = registry_add_handle(&co->reg, handle, &shape, st);
+	rv = registry_add_handle(&co->reg, handle, &shape, req->layout, st);
 	pthread_mutex_unlock(&co->reg.lock);
 	rep->handle = handle;
 out:

@@ -288,6 +288,14 @@ assert got[6] == [8.0 * c for c in range(8)], got[6]   # row c of a [8,8] iota
 assert got[7] == [8.0 * c for c in range(8)], got[7]   # written back at row c'
 }
 pe run "$hlo/ops.hlo" --fill 2 --json | check_ops >/dev/null || fail "run ops.hlo"
+# A temporary in memory space S(5) lives in the agent's host memory, outside HBM, and the
+# kernels read it there; tiles as written (see the file for the figures).
+pe run "$hlo/spaces.hlo" --fill 2 --json | python3 -c '
+import json, math, sys
+r = json.load(sys.stdin)
+assert r["planned_peak_bytes"] == 2048, r["planned_peak_bytes"]
+for o in r["outputs"]:
+    assert abs(o["sum"] - 3 * (math.exp(2) + 2)) < 1e-3, o' || fail "run spaces.hlo"
 fused_run() {
 	pe run "$hlo/fusion.hlo" --fill 2 --json | python3 -c '
 import json, math, sys

@@ -131,6 +131,31 @@ static void test_parse_errors_name_line_and_column(void **state)
 	    "line 3, column 21", "defined after it");
 }
 
+/* A layout alone (as the pod's graph carries it): read onto a shape, and written back. */
+static void test_layout_text(void **state)
+{
+	(void)state;
+	struct status st;
+	int64_t dims[] = {4, 256};
+	struct hlo_shape s = {.type = HT_F32, .rank = 2, .dims = dims};
+	assert_int_equal(hlo_parse_layout(&s, "{1,0:T(8,128)(2,1)E(32)S(1)}", a, &st), ST_OK);
+	assert_int_equal(s.n_tiles, 2);
+	assert_int_equal(s.memory_space, 1);
+	char buf[128];
+	assert_string_equal(hlo_layout_format(buf, sizeof(buf), &s),
+	                    "{1,0:T(8,128)(2,1)E(32)S(1)}");
+	struct hlo_shape t = {.type = HT_F32, .rank = 2, .dims = dims};
+	assert_int_equal(hlo_parse_layout(&t, "{0}", a, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(
+	    st.message, "layout {0} of f32[4,256]: column 1: the layout names 1 of 2 dimensions");
+	struct hlo_shape u = {.type = HT_F32, .rank = 2, .dims = dims};
+	assert_int_equal(hlo_parse_layout(&u, "{1,0} x", a, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(
+	    st.message, "layout {1,0} x of f32[4,256]: column 7: unexpected text after the layout");
+	struct hlo_shape v = {.type = HT_F32, .rank = 2, .dims = dims};
+	assert_string_equal(hlo_layout_format(buf, sizeof(buf), &v), "");
+}
+
 static void test_layout_bytes(void **state)
 {
 	struct hlo_module m;
@@ -578,6 +603,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_module),
 	    cmocka_unit_test(test_parse_errors_name_line_and_column),
 	    cmocka_unit_test(test_layout_bytes),
+	    cmocka_unit_test(test_layout_text),
 	    cmocka_unit_test(test_parse_xla_forms),
 	    cmocka_unit_test(test_plan_seed_all_gather),
 	    cmocka_unit_test(test_plan_all_gather_strategies),

@@ -9,6 +9,7 @@
 
 #include "graph.h"
 #include "graph_builder.h"
+#include "from_graph.h"
 #include "layout.h"
 #include "topology.h"
 #include "plan.h"
@@ -18,13 +19,14 @@
 
 static struct shape shapes[256];
 static int world = 1;
+static bool tiled; /* TPU layouts (the tests plan unpadded bytes unless they say) */
 
 /* The pipeline's plan for b's graph in the recorded order, without fusion. */
 static int plan(struct plan *out, struct gb *b, const uint64_t *handles, struct status *st)
 {
 	struct topology topo;
 	assert_int_equal(topology_custom(&topo, 1, world, (int64_t)64 << 30, st), ST_OK);
-	struct plan_options o = {.topology = &topo, .chunk_bytes = 4 << 20};
+	struct plan_options o = {.topology = &topo, .chunk_bytes = 4 << 20, .tiled = tiled};
 	struct compiled c;
 	int rv = plan_graph(&c, b->a, &b->g, shapes, handles, &o, st);
 	if (rv == ST_OK)
@@ -236,6 +238,49 @@ static void test_sizes_saturate(void **state)
 	arena_free(b.a);
 }
 
+/* Layouts written for the graph's values size them; a device buffer is in HBM. */
+static void test_written_layouts(void **state)
+{
+	(void)state;
+	struct gb b;
+	gb_init(&b);
+	int64_t d[] = {3};
+	iota(&b, d, 1)->layout = "{0:T(256)}"; /* a temporary: 1024 bytes, not 4096 */
+	gb_node(&b, "negate", 0, -1, -1)->layout = "{0:T(128)S(5)}"; /* outside HBM */
+	gb_node(&b, "exponential", 1, -1, -1)->layout = "{0:T(256)}";
+	int32_t outs[] = {2};
+	gb_outputs(&b, outs, 1);
+	struct status st;
+	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	struct plan p = {0};
+	uint64_t handles[] = {7};
+	tiled = true;
+	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
+	assert_int_equal(KIND(p, 0), PODEMU__BUFFER_KIND__BUFFER_TEMP);
+	assert_int_equal(KIND(p, 1), PODEMU__BUFFER_KIND__BUFFER_OTHER_SPACE);
+	assert_int_equal(KIND(p, 2), PODEMU__BUFFER_KIND__BUFFER_OUTPUT);
+	assert_int_equal(p.buffers[2]->bytes, 1024);
+	assert_int_equal(p.temp_bytes, 1024);
+	/* A device buffer's bytes; none outside HBM; a layout that does not read. */
+	int64_t bytes;
+	assert_int_equal(graph_value_bytes(&bytes, &shapes[0], "{0:T(256)}", true, b.a, &st),
+	                 ST_OK);
+	assert_int_equal(bytes, 1024);
+	assert_int_equal(graph_value_bytes(&bytes, &shapes[0], "", true, b.a, &st), ST_OK);
+	assert_int_equal(bytes, 4096);
+	assert_int_equal(graph_value_bytes(&bytes, &shapes[0], "{0:S(1)}", true, b.a, &st),
+	                 ST_UNIMPLEMENTED);
+	assert_int_equal(graph_value_bytes(&bytes, &shapes[0], "{0:T(", true, b.a, &st),
+	                 ST_INVALID_ARGUMENT);
+	/* An output outside HBM is refused. */
+	b.nodes[2]->layout = "{0:S(1)}";
+	assert_int_equal(plan(&p, &b, handles, &st), ST_UNIMPLEMENTED);
+	assert_string_equal(st.message, "node 2 (exponential): an output in a memory space other "
+	                                "than HBM: the pod keeps device buffers in HBM");
+	tiled = false;
+	arena_free(b.a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -246,6 +291,7 @@ int main(void)
 	    cmocka_unit_test(test_all_gather_output_is_the_only_extra_memory),
 	    cmocka_unit_test(test_sizes_saturate),
 	    cmocka_unit_test(test_released_parameters_are_donated),
+	    cmocka_unit_test(test_written_layouts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -189,6 +189,22 @@ static pe_tensor *(*unary_fn(const char *op))(pe_tensor *)
 	return NULL;
 }
 
+/*
+ * The layout the module writes for a value the pod makes (tiles, minor-to-major), so that the
+ * pod sizes it as podemu compile does; the default one when none is written.
+ */
+static int set_layout(struct runner *r, const struct hlo_instruction *in, pe_tensor *t,
+                      const struct hlo_shape *s)
+{
+	char text[256];
+	if (!s->has_layout || hlo_layout_format(text, sizeof(text), s)[0] == '\0')
+		return ST_OK;
+	if (pe_set_layout(t, text) != PE_OK)
+		return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line, in->name,
+		                  pe_last_error(r->c));
+	return ST_OK;
+}
+
 static int record(struct runner *r, const struct hlo_instruction *in)
 {
 	pe_tensor *(*fn2)(pe_tensor *, pe_tensor *);
@@ -196,6 +212,7 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 	struct value *v = &r->vals[in->index];
 	const char *op = in->opcode;
 	const struct hlo_shape *s = &in->shape;
+	bool uploaded = false; /* a device buffer made in its layout already */
 	int dtype = s->type == HT_TUPLE ? 0 : pe_type(s->type);
 	if (s->type != HT_TUPLE && dtype < 0)
 		return unimplemented(r, in, "its element type has no kernels");
@@ -270,9 +287,13 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 			const void **per_core = calloc((size_t)world, sizeof(void *));
 			for (int k = 0; per_core != NULL && k < world; k++)
 				per_core[k] = bytes;
+			char layout[256];
 			v->t = bytes && per_core
-			           ? pe_upload(r->c, dtype, s->dims, s->rank, per_core)
+			           ? pe_upload_layout(r->c, dtype, s->dims, s->rank,
+			                              hlo_layout_format(layout, sizeof(layout), s),
+			                              per_core)
 			           : NULL;
+			uploaded = true;
 			free(per_core);
 			free(bytes);
 		}
@@ -426,6 +447,10 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 			         in->line);
 			pe_tensor *t =
 			    pe_opaque(r->c, name, et, es->dims, es->rank, ops, in->n_operands);
+			if (t != NULL && set_layout(r, in, t, es) != ST_OK) {
+				free(ops);
+				return r->st.code;
+			}
 			if (s->type != HT_TUPLE) {
 				v->t = t;
 			} else if (t != NULL) {
@@ -445,6 +470,9 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		                  pe_last_code(r->c) ? pe_last_code(r->c) : ST_INVALID_ARGUMENT,
 		                  "line %d: %s (%s): %s", in->line, in->name, in->opcode,
 		                  pe_last_error(r->c)[0] ? pe_last_error(r->c) : "bad attributes");
+	const struct hlo_shape *ls = s->type == HT_TUPLE && s->n_tuple > 1 ? &s->tuple[1] : s;
+	if (!uploaded && ls->type != HT_TUPLE && set_layout(r, in, v->t, ls) != ST_OK)
+		return r->st.code;
 	if (async_start && s->type == HT_TUPLE) {
 		v->n = 2;
 		v->elems = calloc(3, sizeof(*v->elems));
@@ -466,8 +494,12 @@ static pe_tensor *parameter(struct runner *r, const struct run_options *o,
 		unimplemented(r, in, "only array parameters of f32, bf16, s32, u32, u8, pred");
 		return NULL;
 	}
-	if (o->param_dir == NULL)
-		return pe_full(r->c, dtype, s->dims, s->rank, o->fill);
+	char layout[256];
+	hlo_layout_format(layout, sizeof(layout), s);
+	if (o->param_dir == NULL) {
+		pe_tensor *t = pe_full(r->c, dtype, s->dims, s->rank, o->fill);
+		return t != NULL && set_layout(r, in, t, s) == ST_OK ? t : NULL;
+	}
 	int world = pe_world_size(r->c);
 	size_t bytes = (size_t)hlo_shape_elements(s) * dtype_size(dtype);
 	void **per_core = calloc((size_t)world, sizeof(void *));
@@ -491,7 +523,8 @@ static pe_tensor *parameter(struct runner *r, const struct run_options *o,
 		}
 	}
 	if (per_core != NULL && k == world)
-		t = pe_upload(r->c, dtype, s->dims, s->rank, (const void *const *)per_core);
+		t = pe_upload_layout(r->c, dtype, s->dims, s->rank, layout,
+		                     (const void *const *)per_core);
 	for (int j = 0; per_core != NULL && j < world; j++)
 		free(per_core[j]);
 	free(per_core);

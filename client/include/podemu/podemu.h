@@ -108,6 +108,19 @@ PE_API pe_tensor *pe_replica_id(pe_client *c);
  */
 PE_API pe_tensor *pe_upload(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank,
                             const void *const *per_core);
+/*
+ * pe_upload into a device buffer of the layout XLA would write after its shape ("{0:T(256)}",
+ * "{0,1:T(2,128)}"; NULL: the pod's layout): the pod charges the buffer's bytes in it.
+ */
+PE_API pe_tensor *pe_upload_layout(pe_client *c, pe_dtype dtype, const int64_t *dims, int rank,
+                                   const char *layout, const void *const *per_core);
+/*
+ * Gives a pending tensor's value a layout (as above) before mark_step: the plan sizes it so, and
+ * a device buffer made from it keeps it. PE_INVALID_ARGUMENT for a tensor that is already a
+ * device buffer (its layout was fixed when it was made); a layout that does not read is
+ * refused by the step.
+ */
+PE_API int pe_set_layout(pe_tensor *t, const char *layout);
 
 /* Elementwise, on tensors of equal shape. */
 PE_API pe_tensor *pe_add(pe_tensor *a, pe_tensor *b);
