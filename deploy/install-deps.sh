@@ -9,6 +9,8 @@ packages=(
 	libnng-dev libevent-dev libcmocka-dev
 	# tests: JSON checks in the CLI tests, network namespaces for multi-host tests, libFuzzer
 	python3 iproute2 procps openssl clang libclang-rt-14-dev
+	# the Python package's tests
+	python3-numpy python3-pytest
 )
 
 missing=()

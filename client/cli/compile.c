@@ -6,6 +6,7 @@
 #include "arena.h"
 #include "hlo.h"
 #include "memplan.h"
+#include "pipeline.h"
 
 /* HLO text larger than this is refused (a 10,000-instruction module is about 1 MiB). */
 #define MAX_HLO_BYTES (256 << 20)
@@ -52,11 +53,9 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	size_t len = 0;
 	char *text = cli_read_file(o->file, &len, &st);
 	struct arena *a = arena_new();
-	struct hlo_module m;
 	struct memplan plan;
+	struct hlo_module m;
 	int rv = text == NULL ? st.code : a == NULL ? ST_RESOURCE_EXHAUSTED : ST_OK;
-	if (rv == ST_OK && (rv = hlo_parse(text, len, a, &m, &st)) != ST_OK)
-		status_set(&st, rv, "%s: %s", o->file, st.message);
 	struct memplan_options mo = {.tiled = o->tiled,
 	                             .chunk_bytes = o->chunk_bytes,
 	                             .all_gather = (enum ag_strategy)o->all_gather,
@@ -64,8 +63,8 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	                             .combine_threshold_bytes = o->combine_threshold_bytes,
 	                             .no_fusion = o->no_fusion,
 	                             .recorded_order = o->recorded_order};
-	if (rv == ST_OK && (rv = memplan_build(&plan, &m, topo, &mo, a, &st)) != ST_OK)
-		status_set(&st, rv, "%s: %s", o->file, st.message);
+	if (rv == ST_OK)
+		rv = compile_module(&plan, &m, text, len, o->file, topo, &mo, a, &st);
 	int code = rv == ST_OK ? (plan.fits ? 0 : 1) : 2;
 	for (int k = 0; rv == ST_OK && !o->json && k < plan.n_warnings; k++)
 		fprintf(stderr, "podemu compile: warning: %s: line %d: %s\n", o->file,
@@ -87,14 +86,7 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 		struct status oom;
 		const struct status *error = rv != ST_OK ? &st : NULL;
 		if (rv == ST_OK && !plan.fits) {
-			char used[32], cap[32], over[32];
-			status_set(
-			    &oom, ST_RESOURCE_EXHAUSTED,
-			    "Ran out of memory in memory space hbm. Used %s of %s hbm. Exceeded "
-			    "hbm capacity by %s.",
-			    status_human_bytes(used, plan.peak_bytes),
-			    status_human_bytes(cap, plan.capacity),
-			    status_human_bytes(over, plan.peak_bytes - plan.capacity));
+			compile_oom_status(&oom, &plan);
 			error = &oom;
 		}
 		memplan_print_json(stdout, rv == ST_OK ? &plan : NULL, error);

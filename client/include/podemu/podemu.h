@@ -329,6 +329,28 @@ PE_API int pe_memory_info_all(pe_client *c, pe_memory_info *out, int n);
 /* Name of a code ("RESOURCE_EXHAUSTED"). */
 PE_API const char *pe_code_name(int code);
 
+/* ---- the compiler, offline (no pod needed) ---- */
+
+typedef struct pe_compile_options {
+	const char *topology;            /* a preset ("v3-8", "v4-32"); NULL: v3-8 */
+	int layout_none;                 /* unpadded bytes instead of TPU tiles (--layout none) */
+	const char *all_gather_strategy; /* NULL or "native", "via-all-reduce", "decomposed" */
+	int no_alias;                    /* a strategy's all-reduce never reuses its operand */
+	const char *name;                /* names the text in errors (its path); NULL: "module" */
+} pe_compile_options;
+
+/*
+ * `podemu compile --json` as a call: reads HLO text (len bytes) and plans it per core of the
+ * topology (o NULL: the defaults). *report_json receives the report (malloc'd, free it with
+ * pe_free): per core the figures and "fits"; a module that does not fit is PE_OK, "fits" false
+ * and XLA's RESOURCE_EXHAUSTED text under "error". Text that does not read or verify returns
+ * its code, with the report carrying the error.
+ */
+PE_API int pe_compile_hlo(const char *text, size_t len, const pe_compile_options *o,
+                          char **report_json);
+/* Frees what the library allocated for the caller (a report). */
+PE_API void pe_free(void *p);
+
 #ifdef __cplusplus
 }
 #endif
