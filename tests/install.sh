@@ -51,5 +51,15 @@ for program in "$work/allgather-pc" "$work/cmake/build/allgather-cmake"; do
 	"$program" 64 128 >"$work/out.txt" 2>&1 || fail "$program: $(cat "$work/out.txt")"
 	grep -q "x 4 cores along dim 1: every core matches the host" "$work/out.txt" || fail "$program: $(cat "$work/out.txt")"
 done
+# The Python package beside the library loads the installed libpodemu.so.
+pydir=$(dirname "$(find "$prefix" -path '*/dist-packages/podemu/__init__.py' | head -1)")
+[ -d "$pydir" ] || fail "the Python package is not installed"
+PYTHONPATH=$(dirname "$pydir") python3 -c '
+import sys, podemu
+assert podemu._lib.lib._name.startswith(sys.argv[1]), podemu._lib.lib._name
+with podemu.Pod() as pod:
+    assert pod.world_size == 4, pod.world_size
+assert podemu.compile_hlo(sys.argv[2])["cores"][0]["peak_bytes"] == 4831838208' \
+	"$prefix" "$src/tests/hlo/seed.hlo" || fail "the installed Python package"
 pe down >/dev/null
-echo "installed into a prefix; allgather.c built with pkg-config and with find_package(podemu); both ran on a pod of installed daemons"
+echo "installed into a prefix; allgather.c built with pkg-config and with find_package(podemu); both ran on a pod of installed daemons; the installed Python package loads the installed library"
