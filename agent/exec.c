@@ -262,7 +262,9 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	for (int c = 0; c < dev->cores_per_host; c++)
 		s->position[c] = CORE_COMPUTING;
 	s->failed_core = -1;
-	int rv = graph_check(p->graph, dev->world_size, s->shapes, st);
+	if (p->graph->n_computations > 0)
+		return status_set(st, ST_UNIMPLEMENTED, "this agent runs no called computations");
+	int rv = graph_check(p->graph, dev->world_size, s->shapes, s->arena, st);
 	if (rv != ST_OK)
 		return rv;
 	for (size_t i = 0; i < n; i++) {

@@ -287,7 +287,10 @@ int client_node_add(pe_client *c, Podemu__Node *n)
 	struct status st;
 	struct shape shape;
 	c->nodes[c->num_nodes] = n;
-	struct graph_env env = {c->world_size, c->mesh, c->num_mesh};
+	struct graph_env env = {.world_size = c->world_size,
+	                        .mesh = c->mesh,
+	                        .n_mesh = c->num_mesh,
+	                        .arena = c->graph_arena};
 	if (graph_infer_node(&shape, c->nodes, c->num_nodes, c->shapes, &env, &st) != ST_OK) {
 		client_fail_status(c, &st);
 		return -1;

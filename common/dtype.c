@@ -92,7 +92,14 @@ int64_t shape_bytes(const struct shape *s)
 char *shape_format(char *buf, size_t len, const struct shape *s)
 {
 	if (s->tuple) {
-		snprintf(buf, len, "(tuple)");
+		size_t at = (size_t)snprintf(buf, len, "(");
+		for (int k = 0; k < s->n_elements && at < len; k++) {
+			char e[128];
+			at += (size_t)snprintf(buf + at, len - at, "%s%s", k ? ", " : "",
+			                       shape_format(e, sizeof(e), &s->elements[k]));
+		}
+		if (at < len)
+			snprintf(buf + at, len - at, ")");
 		return buf;
 	}
 	size_t used = (size_t)snprintf(buf, len, "%s[", dtype_name(s->dtype));
@@ -106,8 +113,12 @@ char *shape_format(char *buf, size_t len, const struct shape *s)
 
 bool shape_equal(const struct shape *a, const struct shape *b)
 {
-	if (a->dtype != b->dtype || a->rank != b->rank || a->tuple != b->tuple)
+	if (a->dtype != b->dtype || a->rank != b->rank || a->tuple != b->tuple ||
+	    a->n_elements != b->n_elements)
 		return false;
+	for (int k = 0; k < a->n_elements; k++)
+		if (!shape_equal(&a->elements[k], &b->elements[k]))
+			return false;
 	for (int i = 0; i < a->rank; i++)
 		if (a->dims[i] != b->dims[i])
 			return false;

@@ -27,6 +27,9 @@ struct shape {
 	int rank;
 	int64_t dims[SHAPE_MAX_RANK];
 	bool tuple;
+	/* A tuple's elements (arrays), owned by whoever made the shape (an arena). */
+	int n_elements;
+	const struct shape *elements;
 };
 
 /* Bytes per element, or 0 for an invalid dtype. */
@@ -49,7 +52,7 @@ int shape_make(struct shape *out, int dtype, const int64_t *dims, int rank, stru
 int64_t shape_elements(const struct shape *s);
 int64_t shape_bytes(const struct shape *s);
 
-/* XLA's text form, "f32[1024,128]"; returns buf. */
+/* XLA's text form, "f32[1024,128]", "(f32[2], s32[])"; returns buf. */
 char *shape_format(char *buf, size_t len, const struct shape *s);
 
 bool shape_equal(const struct shape *a, const struct shape *b);

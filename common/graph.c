@@ -47,6 +47,10 @@ static const char *const opcode_names[OP_COUNT] = {
     [OP_PARTITION_ID] = "partition-id",
     [OP_DYNAMIC_SLICE] = "dynamic-slice",
     [OP_DYNAMIC_UPDATE_SLICE] = "dynamic-update-slice",
+    [OP_TUPLE] = "tuple",
+    [OP_WHILE] = "while",
+    [OP_CONDITIONAL] = "conditional",
+    [OP_CALL] = "call",
     [OP_OPAQUE] = "opaque",
 };
 
@@ -152,38 +156,155 @@ int shape_from_proto(struct shape *out, const Podemu__Shape *p, struct status *s
 	return shape_make(out, (int)p->dtype, p->dims, (int)p->n_dims, st);
 }
 
-int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, struct status *st)
+bool opcode_is_control_flow(enum opcode op)
 {
-	struct graph_env env = {world_size, g->mesh, g->n_mesh};
-	for (size_t i = 0; i < g->n_mesh; i++)
-		if (g->mesh[i] == NULL || g->mesh[i]->name == NULL)
-			return status_set(st, ST_INVALID_ARGUMENT, "mesh axis %zu is empty", i);
-	for (size_t i = 0; i < g->n_nodes; i++) {
-		if (g->nodes[i] == NULL)
-			return status_set(st, ST_INVALID_ARGUMENT, "node %zu is empty", i);
-		int rv = graph_infer_node(&shapes[i], g->nodes, (int)i, shapes, &env, st);
-		if (rv != ST_OK)
+	return op == OP_WHILE || op == OP_CONDITIONAL || op == OP_CALL;
+}
+
+size_t graph_total_nodes(const Podemu__Graph *g)
+{
+	size_t n = g->n_nodes;
+	for (size_t c = 0; c < g->n_computations; c++)
+		n += g->computations[c] ? g->computations[c]->n_nodes : 0;
+	return n;
+}
+
+int *graph_first_ids(const Podemu__Graph *g, struct arena *a)
+{
+	int *first = arena_calloc(a, g->n_computations + 1, sizeof(int));
+	if (first == NULL)
+		return NULL;
+	size_t at = g->n_nodes;
+	for (size_t c = 0; c < g->n_computations; c++) {
+		first[c] = (int)at;
+		at += g->computations[c] ? g->computations[c]->n_nodes : 0;
+	}
+	first[g->n_computations] = (int)at;
+	return first;
+}
+
+Podemu__Node *graph_node_at(const Podemu__Graph *g, const int *first, int id, int *comp)
+{
+	*comp = -1;
+	if (id < 0)
+		return NULL;
+	if ((size_t)id < g->n_nodes)
+		return g->nodes[id];
+	for (size_t c = 0; c < g->n_computations; c++)
+		if (id < first[c + 1]) {
+			*comp = (int)c;
+			return g->computations[c]->nodes[id - first[c]];
+		}
+	return NULL;
+}
+
+/* Infers the shapes of one node list (the entry's or a computation's) into shapes. */
+static int check_nodes(Podemu__Node *const *nodes, size_t n, struct shape *shapes,
+                       const struct graph_env *env, const char *where, struct status *st)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (nodes[i] == NULL)
+			return status_set(st, ST_INVALID_ARGUMENT, "%snode %zu is empty", where, i);
+		int rv = graph_infer_node(&shapes[i], nodes, (int)i, shapes, env, st);
+		if (rv != ST_OK) {
+			if (where[0] != '\0') {
+				char msg[STATUS_MESSAGE_MAX];
+				snprintf(msg, sizeof(msg), "%s", st->message);
+				status_set(st, rv, "%s%s", where, msg);
+			}
 			return rv;
-		const Podemu__Shape *declared = g->nodes[i]->shape;
-		enum opcode op = opcode_parse(g->nodes[i]->opcode);
+		}
+		const Podemu__Shape *declared = nodes[i]->shape;
+		enum opcode op = opcode_parse(nodes[i]->opcode);
 		if (declared != NULL && op != OP_PARAMETER && op != OP_CONSTANT && op != OP_IOTA &&
-		    op != OP_OPAQUE && op != OP_CONVERT &&
-		    (declared->dtype != 0 || declared->tuple)) {
+		    op != OP_OPAQUE && op != OP_CONVERT && declared->dtype != 0 &&
+		    !declared->tuple) {
 			struct shape d;
 			char sa[128], sb[128];
 			int rv2 = shape_from_proto(&d, declared, st);
 			if (rv2 != ST_OK)
-				return status_set(st, rv2, "%s (node %zu): declared shape: %s",
-				                  g->nodes[i]->opcode, i, st->message);
+				return status_set(st, rv2, "%s%s (node %zu): declared shape: %s",
+				                  where, nodes[i]->opcode, i, st->message);
 			if (!shape_equal(&d, &shapes[i]))
-				return status_set(st, ST_INVALID_ARGUMENT,
-				                  "%s (node %zu): declared shape %s does not match "
-				                  "the inferred shape %s",
-				                  g->nodes[i]->opcode, i,
-				                  shape_format(sa, sizeof(sa), &d),
-				                  shape_format(sb, sizeof(sb), &shapes[i]));
+				return status_set(
+				    st, ST_INVALID_ARGUMENT,
+				    "%s%s (node %zu): declared shape %s does not match "
+				    "the inferred shape %s",
+				    where, nodes[i]->opcode, i, shape_format(sa, sizeof(sa), &d),
+				    shape_format(sb, sizeof(sb), &shapes[i]));
 		}
 	}
+	return ST_OK;
+}
+
+/* A called computation: its nodes, parameters numbered 0..n-1 once each, and its root. */
+static int check_computation(const Podemu__Graph *g, size_t c, struct shape *shapes,
+                             const struct shape **comp_shapes, struct graph_env *env,
+                             struct status *st)
+{
+	const Podemu__Computation *comp = g->computations[c];
+	char where[160];
+	snprintf(where, sizeof(where), "computation %zu (%s): ", c,
+	         comp && comp->name ? comp->name : "");
+	if (comp == NULL || comp->n_nodes == 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "%sno nodes", where);
+	env->in_computation = true;
+	env->n_comps = (int)c;
+	int rv = check_nodes(comp->nodes, comp->n_nodes, shapes, env, where, st);
+	if (rv != ST_OK)
+		return rv;
+	comp_shapes[c] = shapes;
+	size_t params = 0;
+	for (size_t i = 0; i < comp->n_nodes; i++)
+		params += opcode_parse(comp->nodes[i]->opcode) == OP_PARAMETER;
+	bool *seen = arena_calloc(env->arena, params + 1, sizeof(bool));
+	if (seen == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < comp->n_nodes; i++) {
+		if (opcode_parse(comp->nodes[i]->opcode) != OP_PARAMETER)
+			continue;
+		int64_t k = comp->nodes[i]->parameter_number;
+		if (k < 0 || (size_t)k >= params || seen[k])
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "%sparameter (node %zu): number %lld is repeated or not in "
+			    "[0, %zu)",
+			    where, i, (long long)k, params);
+		seen[k] = true;
+	}
+	if (comp->root < 0 || (size_t)comp->root >= comp->n_nodes)
+		return status_set(st, ST_INVALID_ARGUMENT, "%sroot %d names no node", where,
+		                  comp->root);
+	return ST_OK;
+}
+
+int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, struct arena *a,
+                struct status *st)
+{
+	const struct shape **comp_shapes =
+	    arena_calloc(a, g->n_computations + 1, sizeof(*comp_shapes));
+	int *first = graph_first_ids(g, a);
+	if (comp_shapes == NULL || first == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	struct graph_env env = {.world_size = world_size,
+	                        .mesh = g->mesh,
+	                        .n_mesh = g->n_mesh,
+	                        .arena = a,
+	                        .comps = g->computations,
+	                        .comp_shapes = comp_shapes};
+	for (size_t i = 0; i < g->n_mesh; i++)
+		if (g->mesh[i] == NULL || g->mesh[i]->name == NULL)
+			return status_set(st, ST_INVALID_ARGUMENT, "mesh axis %zu is empty", i);
+	for (size_t c = 0; c < g->n_computations; c++) {
+		int rv = check_computation(g, c, shapes + first[c], comp_shapes, &env, st);
+		if (rv != ST_OK)
+			return rv;
+	}
+	env.in_computation = false;
+	env.n_comps = (int)g->n_computations;
+	int rv = check_nodes(g->nodes, g->n_nodes, shapes, &env, "", st);
+	if (rv != ST_OK)
+		return rv;
 	for (size_t k = 0; k < g->n_outputs; k++) {
 		int32_t o = g->outputs[k];
 		if (o < 0 || (size_t)o >= g->n_nodes)

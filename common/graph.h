@@ -6,6 +6,7 @@
 #ifndef PODEMU_GRAPH_H
 #define PODEMU_GRAPH_H
 
+#include "arena.h"
 #include "dtype.h"
 #include "podemu.pb-c.h"
 #include "status.h"
@@ -53,6 +54,10 @@ enum opcode {
 	OP_PARTITION_ID,
 	OP_DYNAMIC_SLICE,
 	OP_DYNAMIC_UPDATE_SLICE,
+	OP_TUPLE,
+	OP_WHILE,       /* runs Node.called[1] (body) while called[0] (condition) says so */
+	OP_CONDITIONAL, /* runs the branch its operand 0 names */
+	OP_CALL,        /* runs Node.called[0] */
 	/*
 	 * An op podemu has no kernel for (its HLO name in Node.name), with a declared shape: it is
 	 * planned and accounted like any other, and refused by a pod with real bytes.
@@ -68,12 +73,32 @@ enum reducer { RED_ADD, RED_MULTIPLY, RED_MAX, RED_MIN, RED_AND, RED_OR, RED_INV
 enum reducer reducer_parse(const char *name);
 const char *reducer_name(enum reducer r);
 
-/* What shape inference needs besides the nodes: the core count and the device mesh. */
+/*
+ * What shape inference needs besides the nodes: the core count, the device mesh, an arena for
+ * tuple shapes' elements, and the computations a node may call with their nodes' shapes.
+ */
 struct graph_env {
 	int world_size;
 	Podemu__MeshAxis *const *mesh;
 	size_t n_mesh;
+	struct arena *arena;
+	bool in_computation; /* a called computation's node: parameters are numbered, no buffers */
+	int n_comps;         /* the computations it may call: [0, n_comps) */
+	Podemu__Computation *const *comps;
+	const struct shape *const *comp_shapes; /* [c]: the shapes of computation c's nodes */
 };
+
+/*
+ * Nodes are numbered across a graph: the entry's first, then each computation's in order.
+ * first[c] is computation c's node 0 (first[n_computations] the total); from a.
+ */
+int *graph_first_ids(const Podemu__Graph *g, struct arena *a);
+size_t graph_total_nodes(const Podemu__Graph *g);
+/* The node of global id `id` (NULL when out of range), and its computation (-1: the entry). */
+Podemu__Node *graph_node_at(const Podemu__Graph *g, const int *first, int id, int *comp);
+
+/* Control flow: while, conditional, call. */
+bool opcode_is_control_flow(enum opcode op);
 
 /* HLO spelling of an opcode, and back (OP_INVALID when unknown). */
 const char *opcode_name(enum opcode op);
@@ -106,10 +131,13 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
                      const struct shape *shapes, const struct graph_env *env, struct status *st);
 
 /*
- * Checks a whole graph: opcodes, operand indices (earlier nodes only), attributes, shapes
- * (each declared shape must equal the inferred one) and outputs (valid, distinct, not tuples).
- * shapes receives g->n_nodes inferred shapes.
+ * Checks a whole graph, its computations included: opcodes, operand indices (earlier nodes
+ * only), attributes, shapes (each declared shape must equal the inferred one), calls (to
+ * earlier computations, with the shapes their parameters and roots need) and outputs (valid,
+ * distinct, not tuples). shapes receives graph_total_nodes(g) inferred shapes, by global id;
+ * tuple elements come from a.
  */
-int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, struct status *st);
+int graph_check(const Podemu__Graph *g, int world_size, struct shape *shapes, struct arena *a,
+                struct status *st);
 
 #endif

@@ -341,14 +341,15 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	*ran = false;
 	if (g == NULL || g->n_nodes == 0)
 		return status_set(st, ST_INVALID_ARGUMENT, "step has no graph");
-	if (g->n_nodes > MAX_GRAPH_NODES)
+	size_t total = graph_total_nodes(g);
+	if (total > MAX_GRAPH_NODES)
 		return status_set(st, ST_INVALID_ARGUMENT, "graph has %zu nodes; the limit is %d",
-		                  g->n_nodes, MAX_GRAPH_NODES);
-	struct shape *shapes = arena_calloc(a, g->n_nodes, sizeof(*shapes));
+		                  total, MAX_GRAPH_NODES);
+	struct shape *shapes = arena_calloc(a, total + 1, sizeof(*shapes));
 	uint64_t *out_handles = arena_calloc(a, g->n_outputs + 1, sizeof(uint64_t));
 	if (shapes == NULL || out_handles == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int rv = graph_check(g, world, shapes, st);
+	int rv = graph_check(g, world, shapes, a, st);
 	if (rv != ST_OK)
 		return rv;
 	if ((rv = mark_donors(g, req, a, st)) != ST_OK)

@@ -56,7 +56,7 @@ static void test_chains_fuse_into_their_last_op(void **state)
 	gb_dims(&b, gb_node(&b, "reduce", 6, -1, -1), rows, 1); /* 7: not elementwise */
 	int32_t outs[] = {7};
 	gb_outputs(&b, outs, 1);
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	/* 1, 2, 3 fuse into 4; 4 has two consumers (5 and 6) and 5 feeds 6: 5 fuses into 6. */
 	struct compiled with = compile(&b, true), without = compile(&b, false);
 	assert_int_equal(with.n_fused, 4);
@@ -109,7 +109,7 @@ static void test_outputs_barriers_and_sizes_stop_fusion(void **state)
 	gb_dims(&b, r, sizes, 1);
 	int32_t outs[] = {1, 5, 7, 9};
 	gb_outputs(&b, outs, 4);
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	/* 0 into 1 only: 1 is held, 2 is fed by a held value but stops at the barrier (3 is no
 	 * elementwise root), 5 after the barrier has only a gte operand, 6 into 7, 8 feeds a
 	 * reshape. */

@@ -14,7 +14,7 @@ static struct shape shapes[256];
 
 static int check(struct gb *b, int world, struct status *st)
 {
-	return graph_check(&b->g, world, shapes, st);
+	return graph_check(&b->g, world, shapes, b->a, st);
 }
 
 static void test_elementwise_chain(void **state)
@@ -236,6 +236,72 @@ static void test_compare_select_broadcast_dynamic(void **state)
 	arena_free(b.a);
 }
 
+/* A 10-trip loop over (f32[4], s32[]) state, and a call: shapes, and XLA's verifier words. */
+static void test_control_flow(void **state)
+{
+	(void)state;
+	struct gb b;
+	gb_init(&b);
+	int64_t four = 4;
+	Podemu__Shape *elems[] = {gb_shape(&b, DT_F32, &four, 1), gb_shape(&b, DT_S32, NULL, 0)};
+	Podemu__Shape *st_shape = gb_tuple(&b, elems, 2);
+	int cond = gb_begin_computation(&b, "cond");
+	gb_node(&b, "parameter", -1, -1, -1)->shape = st_shape;
+	gb_node(&b, "get-tuple-element", 0, -1, -1)->tuple_index = 1;
+	gb_node(&b, "constant", -1, -1, -1)->shape = elems[1];
+	gb_node(&b, "compare", 1, 2, -1)->comparison_direction = "LT";
+	gb_end_computation(&b, 3);
+	int body = gb_begin_computation(&b, "body");
+	gb_node(&b, "parameter", -1, -1, -1)->shape = st_shape;
+	gb_node(&b, "get-tuple-element", 0, -1, -1)->tuple_index = 0;
+	gb_node(&b, "get-tuple-element", 0, -1, -1)->tuple_index = 1;
+	gb_node(&b, "negate", 1, -1, -1);
+	gb_node(&b, "constant", -1, -1, -1)->shape = elems[1];
+	gb_node(&b, "add", 2, 4, -1);
+	gb_node(&b, "tuple", 3, 5, -1);
+	gb_end_computation(&b, 6);
+	gb_node(&b, "constant", -1, -1, -1)->shape = elems[0];
+	gb_node(&b, "constant", -1, -1, -1)->shape = elems[1];
+	gb_node(&b, "tuple", 0, 1, -1);
+	int32_t calls[] = {cond, body};
+	gb_called(&b, gb_node(&b, "while", 2, -1, -1), calls, 2);
+	gb_node(&b, "get-tuple-element", 3, -1, -1)->tuple_index = 0;
+	int32_t outs[] = {4};
+	gb_outputs(&b, outs, 1);
+	struct status st;
+	assert_int_equal(check(&b, 1, &st), ST_OK);
+	char buf[128];
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[3]), "(f32[4], s32[])");
+	assert_string_equal(shape_format(buf, sizeof(buf), &shapes[4]), "f32[4]");
+	assert_int_equal(graph_total_nodes(&b.g), 5 + 4 + 7);
+	/* The body must return its state's shape. */
+	b.comps[body]->root = 3;
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message, "while (node 3): The body should have same shape as the "
+	                                "init; got body f32[4], init (f32[4], s32[])");
+	b.comps[body]->root = 6;
+	/* The condition must return pred[]. */
+	b.comps[cond]->root = 1;
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message,
+	                    "while (node 3): Condition computation must return bool; got: s32[]");
+	b.comps[cond]->root = 3;
+	/* Only computations defined before the caller. */
+	int32_t later[] = {cond, 5};
+	b.nodes[3]->called = later;
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message, "while (node 3): calls computation 5, which is not one "
+	                                "defined before it");
+	b.nodes[3]->called = calls;
+	/* A call with the wrong arguments. */
+	int32_t callee[] = {body};
+	gb_called(&b, gb_node(&b, "call", 0, -1, -1), callee, 1);
+	assert_int_equal(check(&b, 1, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message, "call (node 5): parameter 0 of the callee body is (f32[4], "
+	                                "s32[]), given f32[4]");
+	arena_free(b.a);
+}
+
 static void test_bad_graphs(void **state)
 {
 	struct gb b;
@@ -325,6 +391,7 @@ int main(void)
 	    cmocka_unit_test(test_barrier_and_tuple_elements),
 	    cmocka_unit_test(test_compare_select_broadcast_dynamic),
 	    cmocka_unit_test(test_bad_graphs),
+	    cmocka_unit_test(test_control_flow),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

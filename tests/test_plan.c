@@ -55,7 +55,7 @@ static void test_temporaries_share_bytes_when_lifetimes_do_not_overlap(void **st
 	int32_t outs[] = {3};
 	gb_outputs(&b, outs, 1);
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {77};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
@@ -85,7 +85,7 @@ static void test_elementwise_ops_work_in_place(void **state)
 	int32_t outs[] = {4};
 	gb_outputs(&b, outs, 1);
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {78};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
@@ -116,7 +116,7 @@ static void test_parameters_barriers_and_aliases(void **state)
 	int32_t outs[] = {3};
 	gb_outputs(&b, outs, 1);
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {9};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
@@ -144,7 +144,7 @@ static void test_outputs_that_are_parameters_are_refused(void **state)
 	int32_t outs[] = {0};
 	gb_outputs(&b, outs, 1);
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {9};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_INVALID_ARGUMENT);
@@ -166,7 +166,7 @@ static void test_all_gather_output_is_the_only_extra_memory(void **state)
 	int32_t outs[] = {1};
 	gb_outputs(&b, outs, 1);
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 8, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 8, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {2};
 	world = 8;
@@ -203,7 +203,7 @@ static void test_released_parameters_are_donated(void **state)
 	b.g.donors = donors;
 	b.g.n_donors = 2;
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {9, 10};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
@@ -229,7 +229,7 @@ static void test_sizes_saturate(void **state)
 	int32_t outs[] = {1, 2};
 	gb_outputs(&b, outs, 2);
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {1, 2};
 	assert_int_equal(plan(&p, &b, handles, &st), ST_OK);
@@ -251,7 +251,7 @@ static void test_written_layouts(void **state)
 	int32_t outs[] = {2};
 	gb_outputs(&b, outs, 1);
 	struct status st;
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct plan p = {0};
 	uint64_t handles[] = {7};
 	tiled = true;

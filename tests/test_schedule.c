@@ -56,7 +56,7 @@ static struct compiled compile(struct gb *b, int world, int64_t combine, bool me
 		struct schedule s = {.n = c.n, .order = c.order};
 		const Podemu__Graph *g = schedule_apply(&b->g, &s, copy, b->a);
 		assert_non_null(g);
-		assert_int_equal(graph_check(g, world, checked, &st), ST_OK);
+		assert_int_equal(graph_check(g, world, checked, b->a, &st), ST_OK);
 	}
 	return c;
 }
@@ -98,7 +98,7 @@ static void test_combining_merges_independent_all_gathers(void **state)
 	struct gb b;
 	struct status st;
 	build_two_layers(&b, false);
-	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 4, shapes, b.a, &st), ST_OK);
 	struct compiled c = compile(&b, 4, 30 << 20, false);
 	assert_int_equal(c.n_combined, 1);
 	int want[] = {0, 1, 2, 4, 3, 5};
@@ -126,7 +126,7 @@ static void test_combining_merges_independent_all_gathers(void **state)
 	gb_node(&b, "multiply", 4, 2, -1); /* 5 */
 	int32_t out5[] = {5};
 	gb_outputs(&b, out5, 1);
-	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 4, shapes, b.a, &st), ST_OK);
 	c = compile(&b, 4, 30 << 20, false);
 	assert_int_equal(c.n_combined, 1);
 	int want_hoisted[] = {0, 3, 1, 4, 2, 5};
@@ -137,7 +137,7 @@ static void test_combining_merges_independent_all_gathers(void **state)
 
 	/* An opt-barrier between them keeps them apart. */
 	build_two_layers(&b, true);
-	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 4, shapes, b.a, &st), ST_OK);
 	c = compile(&b, 4, 30 << 20, false);
 	assert_int_equal(c.n_combined, 0);
 	assert_null(c.order);
@@ -164,11 +164,11 @@ static void test_combining_needs_operands_ready_and_same_attributes(void **state
 	other->n_replica_groups = 2;
 	int32_t outs[] = {1, 3, 4, 5};
 	gb_outputs(&b, outs, 4);
-	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 4, shapes, b.a, &st), ST_OK);
 	assert_int_equal(compile(&b, 4, 30 << 20, false).n_combined, 0);
 	/* The same groups as the nearest one (3, whose operand exists by then): joins it. */
 	other->n_replica_groups = 0;
-	assert_int_equal(graph_check(&b.g, 4, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 4, shapes, b.a, &st), ST_OK);
 	struct compiled c = compile(&b, 4, 30 << 20, false);
 	assert_int_equal(c.n_combined, 1);
 	int want[] = {0, 1, 2, 3, 5, 4};
@@ -207,7 +207,7 @@ static void test_memory_aware_delays_what_is_consumed_late(void **state)
 	reshape(&b, 1, big);               /* 5: in place in them */
 	int32_t outs[] = {4, 5};
 	gb_outputs(&b, outs, 2);
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	struct compiled c = compile(&b, 1, 0, true);
 	/* The iota moves down to its reshape: it no longer sits beside 2 and 3. */
 	assert_int_equal(c.n_delayed, 1);
@@ -232,7 +232,7 @@ static void test_memory_aware_delays_what_is_consumed_late(void **state)
 	reshape(&b, 2, small);             /* 6 */
 	int32_t outs2[] = {5, 6};
 	gb_outputs(&b, outs2, 2);
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	c = compile(&b, 1, 0, true);
 	assert_int_equal(c.n_delayed, 2);
 	int want_chain[] = {0, 3, 4, 5, 1, 2, 6};
@@ -249,7 +249,7 @@ static void test_memory_aware_delays_what_is_consumed_late(void **state)
 	gb_node(&b, "add", 2, 3, -1);      /* 4 */
 	int32_t out[] = {4};
 	gb_outputs(&b, out, 1);
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	/* 1 and 2 could run after 3, but 3 would then be live beside them: no lower peak. */
 	c = compile(&b, 1, 0, true);
 	assert_int_equal(c.n_delayed, 0);
@@ -266,7 +266,7 @@ static void test_memory_aware_delays_what_is_consumed_late(void **state)
 	gb_node(&b, "negate", 1, -1, -1);            /* 5 */
 	int32_t out3[] = {4, 5};
 	gb_outputs(&b, out3, 2);
-	assert_int_equal(graph_check(&b.g, 1, shapes, &st), ST_OK);
+	assert_int_equal(graph_check(&b.g, 1, shapes, b.a, &st), ST_OK);
 	c = compile(&b, 1, 0, true);
 	assert_int_equal(c.n_delayed, 0);
 	assert_null(c.order);

@@ -15,12 +15,14 @@
 
 static void check_graph(const Podemu__Graph *g)
 {
-	if (g == NULL || g->n_nodes > 4096)
+	if (g == NULL || graph_total_nodes(g) > 4096)
 		return;
-	struct shape *shapes = calloc(g->n_nodes + 1, sizeof(*shapes));
+	struct shape *shapes = calloc(graph_total_nodes(g) + 1, sizeof(*shapes));
+	struct arena *a = arena_new();
 	struct status st;
-	if (shapes != NULL)
-		graph_check(g, 8, shapes, &st);
+	if (shapes != NULL && a != NULL)
+		graph_check(g, 8, shapes, a, &st);
+	arena_free(a);
 	free(shapes);
 }
 
