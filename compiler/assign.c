@@ -359,7 +359,7 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
  * are written into the buffers. The size, or -1 when out of memory.
  */
 static int64_t place(struct builder *b, const struct hlo_computation *c, const int64_t *scratch,
-                     int n)
+                     const int *order, int n)
 {
 	struct memplan *out = b->p;
 	int count = n;
@@ -379,9 +379,13 @@ static int64_t place(struct builder *b, const struct hlo_computation *c, const i
 		if (scratch[i] > 0)
 			blocks[k++] = (struct heap_block){scratch[i], i, i, -1, 0};
 	int64_t size = heap_place(blocks, k, b->a);
+	struct comp_plan *cp = &out->comps[c->index];
 	for (int q = 0; q < k; q++)
 		if (blocks[q].id >= 0)
 			out->buffers[blocks[q].id].offset = blocks[q].offset;
+		else /* position first's scratch: a callee's heap starts there */
+			cp->callee_at[order[blocks[q].first]] = blocks[q].offset;
+	cp->heap = size;
 	return size;
 }
 
@@ -653,7 +657,22 @@ static int finish(struct builder *b, struct comp_state *x, struct comp_result *r
 		for (int i = 0; i < n; i++)
 			out->value_buffer[i] = x->refs[i].n == 1 ? x->refs[i].ids[0] : -1;
 	}
-	if ((res->heap = place(b, c, x->scratch, n)) < 0)
+	/* What the pod needs to run this computation. */
+	struct comp_plan *cp = &out->comps[c->index];
+	cp->n = n;
+	cp->order = x->order;
+	cp->fused_into = x->fused_into;
+	cp->n_values = arena_calloc(b->a, (size_t)n + 1, sizeof(int));
+	cp->values = arena_calloc(b->a, (size_t)n + 1, sizeof(int *));
+	cp->callee_at = arena_calloc(b->a, (size_t)n + 1, sizeof(int64_t));
+	if (cp->n_values == NULL || cp->values == NULL || cp->callee_at == NULL)
+		return oom(b);
+	for (int i = 0; i < n; i++) {
+		cp->n_values[i] = x->refs[i].n;
+		cp->values[i] = x->refs[i].ids;
+		cp->callee_at[i] = -1;
+	}
+	if ((res->heap = place(b, c, x->scratch, x->order, n)) < 0)
 		return oom(b);
 	/* Live bytes at each position: +bytes at first, -bytes after last. */
 	int64_t *delta = arena_calloc(b->a, (size_t)n + 1, sizeof(int64_t));

@@ -125,38 +125,88 @@ static const char *reduction(const Podemu__Node *n, struct arena *a)
 	return arena_strdup(a, text);
 }
 
-int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct shape *shapes,
-                    int world, struct arena *a, struct status *st)
+/* An HLO shape for a graph value: an array in its layout, or a tuple of arrays. */
+static int value_shape(struct hlo_shape *out, const struct shape *s, const char *layout,
+                       struct arena *a, struct status *st)
 {
-	int n = (int)g->n_nodes;
+	if (!s->tuple)
+		return graph_value_shape(out, s, layout, a, st);
 	memset(out, 0, sizeof(*out));
-	struct hlo_computation *c = arena_calloc(a, 1, sizeof(*c));
-	struct hlo_instruction *ins = arena_calloc(a, (size_t)n + 1, sizeof(*ins));
-	struct hlo_computation **comps = arena_calloc(a, 1, sizeof(*comps));
-	if (c == NULL || ins == NULL || comps == NULL)
+	out->type = HT_TUPLE;
+	out->n_tuple = s->n_elements;
+	out->tuple = arena_calloc(a, (size_t)s->n_elements + 1, sizeof(*out->tuple));
+	if (out->tuple == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	c->name = "step";
-	c->is_entry = true;
-	c->n_instructions = n + 1;
-	c->instructions = arena_calloc(a, (size_t)n + 1, sizeof(*c->instructions));
-	c->parameters = arena_calloc(a, (size_t)n + 1, sizeof(*c->parameters));
-	if (c->instructions == NULL || c->parameters == NULL)
+	for (int k = 0; k < s->n_elements; k++) {
+		int rv = graph_value_shape(&out->tuple[k], &s->elements[k], NULL, a, st);
+		if (rv != ST_OK)
+			return rv;
+	}
+	return ST_OK;
+}
+
+/* What graph_to_module builds one computation from. */
+struct source {
+	const Podemu__Graph *g;
+	Podemu__Node *const *nodes;
+	int n;
+	const struct shape *shapes; /* of these nodes */
+	bool entry;                 /* the root is a tuple of g's outputs (instruction n) */
+	int root;                   /* otherwise: the node returned */
+	int first;                  /* the global id of node 0 */
+	struct hlo_computation **comps;
+	int world;
+};
+
+/* How a control-flow node names its computations in HLO. */
+static int link_calls(struct hlo_instruction *in, enum opcode op, const Podemu__Node *node,
+                      const struct source *src, struct arena *a)
+{
+	in->calls = arena_calloc(a, node->n_called + 1, sizeof(*in->calls));
+	if (in->calls == NULL)
+		return -1;
+	for (size_t k = 0; k < node->n_called; k++) {
+		enum hlo_call_role role = op == OP_CALL          ? CALL_TO_APPLY
+		                          : op == OP_CONDITIONAL ? CALL_BRANCH
+		                          : k == 0               ? CALL_CONDITION
+		                                                 : CALL_BODY;
+		struct hlo_computation *callee = src->comps[node->called[k]];
+		in->calls[in->n_calls++] = (struct hlo_call){role, callee->name, callee};
+		if (op == OP_CALL) {
+			in->to_apply = callee;
+			in->to_apply_name = callee->name;
+		}
+	}
+	return 0;
+}
+
+/* One computation's instructions from src's nodes (checked, with their shapes). */
+static int build_computation(struct hlo_computation *c, const struct source *src, struct arena *a,
+                             struct status *st)
+{
+	int n = src->n, count = src->entry ? n + 1 : n;
+	struct hlo_instruction *ins = arena_calloc(a, (size_t)count + 1, sizeof(*ins));
+	c->n_instructions = count;
+	c->instructions = arena_calloc(a, (size_t)count + 1, sizeof(*c->instructions));
+	c->parameters = arena_calloc(a, (size_t)count + 1, sizeof(*c->parameters));
+	if (ins == NULL || c->instructions == NULL || c->parameters == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int i = 0; i <= n; i++) {
+	for (int i = 0; i < count; i++) {
 		struct hlo_instruction *in = &ins[i];
 		in->index = i;
 		in->parent = c;
 		in->parameter_number = -1;
 		c->instructions[i] = in;
-		const Podemu__Node *node = i < n ? g->nodes[i] : NULL;
-		size_t n_ops = node != NULL ? node->n_operands : g->n_outputs;
+		const Podemu__Node *node = i < n ? src->nodes[i] : NULL;
+		size_t n_ops = node != NULL ? node->n_operands : src->g->n_outputs;
 		in->operands = arena_calloc(a, n_ops + 1, sizeof(*in->operands));
 		if (in->operands == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		for (size_t k = 0; k < n_ops; k++)
-			in->operands[k] = &ins[node != NULL ? node->operands[k] : g->outputs[k]];
+			in->operands[k] =
+			    &ins[node != NULL ? node->operands[k] : src->g->outputs[k]];
 		in->n_operands = (int)n_ops;
-		if (node == NULL) { /* the root: what the client holds */
+		if (node == NULL) { /* the entry's root: what the client holds */
 			in->opcode = "tuple";
 			in->name = "outputs";
 			in->is_root = true;
@@ -168,36 +218,89 @@ int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct
 		enum opcode op = opcode_parse(node->opcode);
 		in->opcode = node->opcode;
 		char name[64];
-		snprintf(name, sizeof(name), "%s.%d", node->opcode, i);
+		snprintf(name, sizeof(name), "%s.%d", node->opcode, src->first + i);
 		in->name = node->name != NULL && node->name[0] != '\0' ? node->name
 		                                                       : arena_strdup(a, name);
 		if (in->name == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		if (shapes[i].tuple) { /* an opt-barrier: the tuple of its operands */
+		if (op == OP_OPT_BARRIER || op == OP_TUPLE) { /* its operands' shapes, as written */
 			if (tuple_of_operands(in, a) != 0)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		} else if (graph_value_shape(&in->shape, &shapes[i], node->layout, a, st) !=
-		           ST_OK) {
+		} else if (value_shape(&in->shape, &src->shapes[i], node->layout, a, st) != ST_OK) {
 			char msg[STATUS_MESSAGE_MAX];
 			snprintf(msg, sizeof(msg), "%s", st->message);
-			return status_set(st, st->code, "node %d (%s): %s", i, node->opcode, msg);
+			return status_set(st, st->code, "node %d (%s): %s", src->first + i,
+			                  node->opcode, msg);
 		}
 		in->n_dimensions = (int)node->n_dimensions;
 		in->dimensions = node->dimensions;
 		if (op == OP_PARAMETER) {
-			in->parameter_number = c->n_parameters;
-			c->parameters[c->n_parameters++] = in;
+			in->parameter_number =
+			    src->entry ? c->n_parameters : node->parameter_number;
+			c->parameters[in->parameter_number] = in;
+			c->n_parameters++;
 		} else if (op == OP_GET_TUPLE_ELEMENT) {
 			in->has_index = true;
 			in->tuple_index = node->tuple_index;
+		} else if (opcode_is_control_flow(op)) {
+			if (link_calls(in, op, node, src, a) != 0)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		} else if (opcode_is_collective(op)) {
-			int rv = groups_text(&in->replica_groups, g, node, i, world, a, st);
+			int rv = groups_text(&in->replica_groups, src->g, node, src->first + i,
+			                     src->world, a, st);
 			if (rv != ST_OK)
 				return rv;
 			if (op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER)
 				in->to_apply_name = reduction(node, a);
 		}
 	}
+	if (!src->entry) {
+		c->root = &ins[src->root];
+		c->root->is_root = true;
+	}
+	return ST_OK;
+}
+
+int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct shape *shapes,
+                    int world, struct arena *a, struct status *st)
+{
+	memset(out, 0, sizeof(*out));
+	int n_comps = (int)g->n_computations;
+	struct hlo_computation **comps = arena_calloc(a, (size_t)n_comps + 1, sizeof(*comps));
+	int *first = graph_first_ids(g, a);
+	if (comps == NULL || first == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	/* Called computations first (each calls only earlier ones), the entry last. */
+	for (int k = 0; k <= n_comps; k++) {
+		struct hlo_computation *c = arena_calloc(a, 1, sizeof(*c));
+		if (c == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		c->index = k;
+		comps[k] = c;
+		const Podemu__Computation *gc = k < n_comps ? g->computations[k] : NULL;
+		struct source src = {.g = g, .comps = comps, .world = world};
+		if (gc != NULL) {
+			c->name =
+			    gc->name != NULL && gc->name[0] != '\0' ? gc->name : "computation";
+			src.nodes = gc->nodes;
+			src.n = (int)gc->n_nodes;
+			src.root = gc->root;
+			src.first = first[k];
+		} else {
+			c->name = "step";
+			c->is_entry = true;
+			src.nodes = g->nodes;
+			src.n = (int)g->n_nodes;
+			src.entry = true;
+		}
+		src.shapes = shapes + src.first;
+		int rv = build_computation(c, &src, a, st);
+		if (rv != ST_OK)
+			return rv;
+	}
+	struct hlo_computation *c = comps[n_comps];
+	struct hlo_instruction *ins = c->instructions[0];
+	int n = (int)g->n_nodes;
 	/* The parameters the client gave up: their buffers may become outputs. */
 	if (g->n_donors > 0) {
 		out->donors = arena_calloc(a, g->n_donors + 1, sizeof(*out->donors));
@@ -211,9 +314,8 @@ int graph_to_module(struct hlo_module *out, const Podemu__Graph *g, const struct
 			out->donors[out->n_donors++].parameter = ins[d].parameter_number;
 		}
 	}
-	comps[0] = c;
 	out->name = "step";
-	out->n_computations = 1;
+	out->n_computations = n_comps + 1;
 	out->computations = comps;
 	out->entry = c;
 	return ST_OK;

@@ -25,7 +25,8 @@ int memplan_build(struct memplan *out, struct hlo_module *m, const struct topolo
 		opts.alignment = HBM_ALIGNMENT;
 	struct builder b = {.p = out, .a = a, .o = &opts, .m = m, .st = st};
 	b.callees = arena_calloc(a, (size_t)m->n_computations + 1, sizeof(*b.callees));
-	if (b.callees == NULL)
+	out->comps = arena_calloc(a, (size_t)m->n_computations + 1, sizeof(*out->comps));
+	if (b.callees == NULL || out->comps == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	int rv = verify_module(m, out->world_size, st);
 	if (rv != ST_OK)

@@ -59,6 +59,21 @@ struct memplan_options {
 	bool graph_outputs;
 };
 
+/*
+ * One computation as the pod runs it: its schedule, what fusion made of each instruction,
+ * the buffers of each instruction's value (one per tuple element), and where each call site's
+ * callee heap starts in the computation's own heap.
+ */
+struct comp_plan {
+	int n;
+	int *order;         /* order[k]: the instruction run k-th */
+	int *fused_into;    /* [instruction]: the fusion root that computes it, or -1 */
+	int *n_values;      /* [instruction]: buffers of its value */
+	int **values;       /* [instruction][k]: buffer indices */
+	int64_t *callee_at; /* [instruction]: offset of its callee's heap, or -1 */
+	int64_t heap;       /* bytes of this computation's heap (its temporaries by liveness) */
+};
+
 struct memplan {
 	int world_size;
 	int64_t capacity; /* usable HBM per core */
@@ -94,9 +109,10 @@ struct memplan {
 	int64_t combine_threshold_bytes;
 	bool fits;
 	/* The entry's schedule and what each instruction became, for the pod. */
-	int *order;        /* order[k]: the instruction run k-th */
-	int *fused_into;   /* [instruction]: the fusion root that computes it, or -1 */
-	int *value_buffer; /* [instruction]: the buffer holding its (array) value, or -1 */
+	int *order;              /* order[k]: the instruction run k-th */
+	int *fused_into;         /* [instruction]: the fusion root that computes it, or -1 */
+	int *value_buffer;       /* [instruction]: the buffer holding its (array) value, or -1 */
+	struct comp_plan *comps; /* [computation index]: every planned computation, the entry too */
 };
 
 /*

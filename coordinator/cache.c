@@ -61,6 +61,24 @@ static int *copy_ints(struct arena *a, const int *src, int n)
 	return dst;
 }
 
+/* A deep copy of b (its elements too). */
+static Podemu__BufferAssignment *copy_assignment(struct arena *a, const Podemu__BufferAssignment *b)
+{
+	Podemu__BufferAssignment *copy = arena_alloc(a, sizeof(*copy));
+	if (copy == NULL)
+		return NULL;
+	*copy = *b;
+	if (b->n_elements == 0)
+		return copy;
+	copy->elements = arena_calloc(a, b->n_elements + 1, sizeof(*copy->elements));
+	if (copy->elements == NULL)
+		return NULL;
+	for (size_t k = 0; k < b->n_elements; k++)
+		if ((copy->elements[k] = copy_assignment(a, b->elements[k])) == NULL)
+			return NULL;
+	return copy;
+}
+
 void cache_store(struct program_cache *c, const uint8_t *key, size_t len, uint64_t hash,
                  const struct compiled *compiled)
 {
@@ -79,20 +97,19 @@ void cache_store(struct program_cache *c, const uint8_t *key, size_t len, uint64
 	struct arena *a = arena_new();
 	if (a == NULL)
 		return;
-	int n = compiled->n;
+	int n = compiled->n, total = compiled->n_total;
 	struct compiled *dst = &victim->compiled;
 	*dst = *compiled;
 	victim->key = arena_alloc(a, len + 1);
 	dst->order = copy_ints(a, compiled->order, n);
-	dst->fused_into = copy_ints(a, compiled->fused_into, n);
-	dst->plan.buffers = arena_calloc(a, (size_t)n + 1, sizeof(*dst->plan.buffers));
+	dst->fused_into = copy_ints(a, compiled->fused_into, total);
+	dst->computation_order = copy_ints(a, compiled->computation_order, total - n);
+	dst->plan.buffers = arena_calloc(a, (size_t)total + 1, sizeof(*dst->plan.buffers));
 	bool ok = victim->key && dst->plan.buffers && (!compiled->order || dst->order) &&
-	          (!compiled->fused_into || dst->fused_into);
-	for (int i = 0; ok && i < n; i++) {
-		dst->plan.buffers[i] = arena_alloc(a, sizeof(**dst->plan.buffers));
-		if ((ok = dst->plan.buffers[i] != NULL))
-			*dst->plan.buffers[i] = *compiled->plan.buffers[i];
-	}
+	          (!compiled->fused_into || dst->fused_into) &&
+	          (!compiled->computation_order || dst->computation_order);
+	for (int i = 0; ok && i < total; i++)
+		ok = (dst->plan.buffers[i] = copy_assignment(a, compiled->plan.buffers[i])) != NULL;
 	if (!ok) {
 		arena_free(a);
 		memset(victim, 0, sizeof(*victim));

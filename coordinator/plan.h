@@ -32,33 +32,38 @@ struct plan_options {
 	int64_t chunk_bytes;             /* collective scratch per reducing collective */
 };
 
-/* What compiling a graph produced, apart from buffer handles. */
+/*
+ * What compiling a graph produced, apart from buffer handles. Nodes are numbered as agents
+ * see them: the entry's in their scheduled order, then each computation's (graph.h).
+ */
 struct compiled {
-	int n;
-	int *order;       /* scheduled order (NULL: as recorded) */
-	int *fused_into;  /* by scheduled index; NULL: no fusion */
-	struct plan plan; /* by scheduled index */
+	int n;                  /* entry nodes */
+	int n_total;            /* every node */
+	int *order;             /* scheduled order of the entry (NULL: as recorded) */
+	int *fused_into;        /* [n_total]; NULL: no fusion */
+	int *computation_order; /* [n_total - n]: Program.computation_order; NULL: none */
+	/* [n_total]; an output's handle is the index of the output it is (plan_bind). */
+	struct plan plan;
 	int n_combined, n_delayed, n_fused;
 };
 
 /*
- * Compiles g (already checked; shapes[i] is node i's shape) with the compiler's one pipeline:
- * the graph becomes an HLO module (compiler/from_graph.c) and is combined, scheduled, fused
- * and assigned buffers by compiler/memplan.c, exactly as `podemu compile` plans HLO text.
- * Parameters are existing device buffers, held values new device buffers with
- * output_handles[k] for the k-th output, everything else lives in the reservation. Returns
+ * Compiles g (already checked; shapes[id] is node id's shape) with the compiler's one
+ * pipeline: the graph becomes an HLO module (compiler/from_graph.c) and is combined, scheduled,
+ * fused and assigned buffers by compiler/memplan.c, exactly as `podemu compile` plans HLO text.
+ * Parameters are existing device buffers, held values new device buffers, everything else
+ * lives in the reservation (a called computation's in its callee's part of it). Returns
  * INVALID_ARGUMENT when an output is a parameter or two outputs are the same value. out's
  * arrays are from a.
  */
 int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
-               const struct shape *shapes, const uint64_t *output_handles,
-               const struct plan_options *o, struct status *st);
+               const struct shape *shapes, const struct plan_options *o, struct status *st);
 
 /*
- * The plan cached for a graph of the same shape, bound to this step's buffers: parameters get
- * the handles g's nodes carry, outputs output_handles in g's output order.
+ * c's plan bound to a step's buffers: parameters get the handles g's nodes carry (g in c's
+ * scheduled order), outputs output_handles[k] for the k-th output.
  */
-int plan_rebind(struct plan *out, struct arena *a, const struct plan *cached,
-                const Podemu__Graph *g, const uint64_t *output_handles, struct status *st);
+int plan_bind(struct plan *out, struct arena *a, const struct compiled *c, const Podemu__Graph *g,
+              const uint64_t *output_handles, struct status *st);
 
 #endif

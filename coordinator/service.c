@@ -239,6 +239,14 @@ static int64_t *node_scratch(const struct coordinator *co, struct arena *a, cons
  * planning, then cached. *g and shapes become the scheduled graph and its shapes; out's arrays
  * are from a.
  */
+static int *copy_ints(struct arena *a, const int *src, int n)
+{
+	int *dst = src != NULL ? arena_calloc(a, (size_t)n + 1, sizeof(int)) : NULL;
+	if (dst != NULL)
+		memcpy(dst, src, (size_t)n * sizeof(int));
+	return dst;
+}
+
 static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph **g,
                         struct shape *shapes, const uint64_t *out_handles, struct compiled *out,
                         int64_t **scratch, Podemu__StepReply *rep, struct status *st)
@@ -251,28 +259,16 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 	const struct compiled *hit = cache_find(&co->cache, key, key_len, hash);
 	int n = (int)(*g)->n_nodes, rv;
 	memset(out, 0, sizeof(*out));
-	out->n = n;
 	if (hit != NULL) {
+		/* Its arrays, which a later store may evict, copied for this step. */
 		*out = *hit;
 		rep->program_cache_hit = true;
-		if (hit->order != NULL) {
-			struct schedule sched = {.n = n, .order = hit->order};
-			if ((*g = schedule_apply(*g, &sched, shapes, a)) == NULL)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			out->order =
-			    (*g)->n_nodes ? arena_calloc(a, (size_t)n + 1, sizeof(int)) : NULL;
-			if (out->order == NULL)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			memcpy(out->order, hit->order, (size_t)n * sizeof(int));
-		}
-		if (hit->fused_into != NULL) {
-			if ((out->fused_into = arena_calloc(a, (size_t)n + 1, sizeof(int))) == NULL)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			memcpy(out->fused_into, hit->fused_into, (size_t)n * sizeof(int));
-		}
-		if ((rv = plan_rebind(&out->plan, a, &hit->plan, *g, out_handles, st)) != ST_OK)
-			return rv;
-		if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
+		out->order = copy_ints(a, hit->order, hit->n);
+		out->fused_into = copy_ints(a, hit->fused_into, hit->n_total);
+		out->computation_order =
+		    copy_ints(a, hit->computation_order, hit->n_total - hit->n);
+		if ((hit->order && !out->order) || (hit->fused_into && !out->fused_into) ||
+		    (hit->computation_order && !out->computation_order))
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	} else {
 		/* The compiler's one pipeline, then the graph in its scheduled order. */
@@ -283,17 +279,20 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 		                          .fusion = co->fusion,
 		                          .tiled = co->tiled,
 		                          .chunk_bytes = co->chunk_bytes};
-		if ((rv = plan_graph(out, a, *g, shapes, out_handles, &po, st)) != ST_OK)
+		if ((rv = plan_graph(out, a, *g, shapes, &po, st)) != ST_OK)
 			return rv;
-		if (out->order != NULL) {
-			struct schedule sched = {.n = n, .order = out->order};
-			if ((*g = schedule_apply(*g, &sched, shapes, a)) == NULL)
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		}
-		if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		cache_store(&co->cache, key, key_len, hash, out);
 	}
+	if (out->order != NULL) {
+		struct schedule sched = {.n = n, .order = out->order};
+		if ((*g = schedule_apply(*g, &sched, shapes, a)) == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	struct compiled template = *out;
+	if ((rv = plan_bind(&out->plan, a, &template, *g, out_handles, st)) != ST_OK)
+		return rv;
+	if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	rep->combined_collectives = out->n_combined;
 	rep->delayed_nodes = out->n_delayed;
 	rep->fused_nodes = out->n_fused;
@@ -439,11 +438,15 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	}
 	if (fused_into != NULL) {
 		prog->fused_into = fused_into;
-		prog->n_fused_into = g->n_nodes;
+		prog->n_fused_into = (size_t)prog_c.n_total;
+	}
+	if (prog_c.computation_order != NULL) {
+		prog->computation_order = prog_c.computation_order;
+		prog->n_computation_order = (size_t)(prog_c.n_total - prog_c.n);
 	}
 	prog->graph = g;
 	prog->buffers = plan.buffers;
-	prog->n_buffers = g->n_nodes;
+	prog->n_buffers = (size_t)prog_c.n_total;
 	prog->temp_bytes = plan.temp_bytes;
 	prog->world_size = world;
 	prog->cores_per_host = t->cores_per_host;

@@ -22,9 +22,8 @@ static struct compiled compile(struct gb *b, bool fusion)
 	struct topology topo;
 	assert_int_equal(topology_custom(&topo, 1, 1, (int64_t)1 << 30, &st), ST_OK);
 	struct plan_options o = {.topology = &topo, .fusion = fusion, .chunk_bytes = 4 << 20};
-	uint64_t handles[] = {9, 10, 11, 12};
 	struct compiled c;
-	int rv = plan_graph(&c, b->a, &b->g, shapes, handles, &o, &st);
+	int rv = plan_graph(&c, b->a, &b->g, shapes, &o, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
 	assert_null(c.order);

@@ -28,9 +28,9 @@ static int plan(struct plan *out, struct gb *b, const uint64_t *handles, struct 
 	assert_int_equal(topology_custom(&topo, 1, world, (int64_t)64 << 30, st), ST_OK);
 	struct plan_options o = {.topology = &topo, .chunk_bytes = 4 << 20, .tiled = tiled};
 	struct compiled c;
-	int rv = plan_graph(&c, b->a, &b->g, shapes, handles, &o, st);
+	int rv = plan_graph(&c, b->a, &b->g, shapes, &o, st);
 	if (rv == ST_OK)
-		*out = c.plan;
+		rv = plan_bind(out, b->a, &c, &b->g, handles, st);
 	return rv;
 }
 

@@ -44,9 +44,8 @@ static struct compiled compile(struct gb *b, int world, int64_t combine, bool me
 	                         .combine_threshold_bytes = combine,
 	                         .memory_aware = memory_aware,
 	                         .chunk_bytes = 4 << 20};
-	uint64_t handles[8] = {101, 102, 103, 104, 105, 106, 107, 108};
 	struct compiled c;
-	int rv = plan_graph(&c, b->a, &b->g, shapes, handles, &o, &st);
+	int rv = plan_graph(&c, b->a, &b->g, shapes, &o, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
 	/* Still a valid graph in its new order. */
