@@ -32,7 +32,7 @@ bool device_step_uses(struct device *dev, uint64_t handle)
 static void step_free_outputs(struct device *dev, struct step *s)
 {
 	for (int c = 0; c < dev->cores_per_host; c++)
-		for (size_t i = 0; i < s->prog->n_buffers; i++)
+		for (size_t i = 0; i < s->n_entry; i++)
 			if (s->prog->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT &&
 			    s->prog->buffers[i]->donor == 0 && s->offsets[c][i] >= 0)
 				hbm_free(&dev->cores[c].heap, s->offsets[c][i]);
@@ -57,7 +57,7 @@ static int check_donor(struct device *dev, struct step *s, size_t i, struct stat
 {
 	const Podemu__BufferAssignment *b = s->prog->buffers[i];
 	size_t d = (size_t)b->donor - 1;
-	if (b->donor < 0 || d >= s->prog->n_buffers || s->ops[d] != OP_PARAMETER ||
+	if (b->donor < 0 || d >= s->n_entry || s->ops[d] != OP_PARAMETER ||
 	    s->prog->buffers[d]->kind != PODEMU__BUFFER_KIND__BUFFER_PARAMETER)
 		return status_set(st, ST_INVALID_ARGUMENT, "node %zu: donor %d is not a parameter",
 		                  i, b->donor - 1);
@@ -101,7 +101,11 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 		return ST_OK;
 	}
 	case PODEMU__BUFFER_KIND__BUFFER_OUTPUT:
-		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT)
+		/* An element of a while, conditional or call the client holds is its own. */
+		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_TUPLE ||
+		    opcode_is_control_flow(op) ||
+		    (op == OP_GET_TUPLE_ELEMENT &&
+		     !opcode_is_control_flow(s->ops[step_operand(s, (int)i, 0)])))
 			break;
 		if (b->handle == 0 || device_find_buffer(dev, b->handle) != NULL)
 			return status_set(st, ST_ALREADY_EXISTS,
@@ -113,7 +117,8 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 			                  (long long)bytes, (long long)b->bytes);
 		return b->donor == 0 ? ST_OK : check_donor(dev, s, i, st);
 	case PODEMU__BUFFER_KIND__BUFFER_TEMP:
-		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT)
+		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT ||
+		    op == OP_TUPLE || opcode_is_control_flow(op))
 			break;
 		if (b->offset < 0 || b->offset > s->prog->temp_bytes ||
 		    bytes > s->prog->temp_bytes - b->offset)
@@ -132,13 +137,13 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 		 */
 		if (op != OP_PARAMETER && op != OP_OPT_BARRIER && op != OP_GET_TUPLE_ELEMENT &&
 		    b->alias_of >= 0 && (size_t)b->alias_of > i &&
-		    (size_t)b->alias_of < s->prog->n_buffers &&
+		    (size_t)b->alias_of < s->n_entry &&
 		    s->prog->buffers[b->alias_of]->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT &&
 		    s->prog->buffers[b->alias_of]->bytes >= bytes)
 			return ST_OK;
 		break;
-	case PODEMU__BUFFER_KIND__BUFFER_NONE:
-		if (op != OP_OPT_BARRIER)
+	case PODEMU__BUFFER_KIND__BUFFER_NONE: /* elements of control flow: control_check */
+		if (op != OP_OPT_BARRIER && op != OP_TUPLE && !opcode_is_control_flow(op))
 			break;
 		return ST_OK;
 	case PODEMU__BUFFER_KIND__BUFFER_OTHER_SPACE:
@@ -223,7 +228,9 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	if (s->prog == NULL || s->prog->graph == NULL)
 		return status_set(st, ST_INVALID_ARGUMENT, "malformed program");
 	Podemu__Program *p = s->prog;
-	size_t n = p->graph->n_nodes;
+	size_t n_entry = p->graph->n_nodes, n = graph_total_nodes(p->graph);
+	s->n_entry = n_entry;
+	s->n_total = n;
 	if (p->world_size != dev->world_size || p->cores_per_host != dev->cores_per_host ||
 	    p->n_peer_data_urls != (size_t)dev->num_hosts)
 		return status_set(st, ST_FAILED_PRECONDITION,
@@ -235,12 +242,12 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "program has %zu buffer assignments for %zu nodes", p->n_buffers,
 		                  n);
-	if (p->n_source_nodes != 0 && p->n_source_nodes != n)
+	if (p->n_source_nodes != 0 && p->n_source_nodes != n_entry)
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "program has %zu source node indices for %zu nodes",
-		                  p->n_source_nodes, n);
+		                  p->n_source_nodes, n_entry);
 	for (size_t i = 0; i < p->n_source_nodes; i++)
-		if (p->source_nodes[i] < 0 || (size_t)p->source_nodes[i] >= n)
+		if (p->source_nodes[i] < 0 || (size_t)p->source_nodes[i] >= n_entry)
 			return status_set(st, ST_INVALID_ARGUMENT,
 			                  "program: source node %d of node %zu is out of range",
 			                  p->source_nodes[i], i);
@@ -262,20 +269,28 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	for (int c = 0; c < dev->cores_per_host; c++)
 		s->position[c] = CORE_COMPUTING;
 	s->failed_core = -1;
-	if (p->graph->n_computations > 0)
-		return status_set(st, ST_UNIMPLEMENTED, "this agent runs no called computations");
 	int rv = graph_check(p->graph, dev->world_size, s->shapes, s->arena, st);
 	if (rv != ST_OK)
 		return rv;
+	s->node_of = arena_calloc(s->arena, n + 1, sizeof(*s->node_of));
+	s->base_of = arena_calloc(s->arena, n + 1, sizeof(int));
+	s->comp_of = arena_calloc(s->arena, n + 1, sizeof(int));
+	int *first = s->comp_first = graph_first_ids(p->graph, s->arena);
+	if (!s->node_of || !s->base_of || !s->comp_of || !first)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (size_t i = 0; i < n; i++) {
-		s->ops[i] = opcode_parse(p->graph->nodes[i]->opcode);
+		s->node_of[i] = graph_node_at(p->graph, first, (int)i, &s->comp_of[i]);
+		s->base_of[i] = s->comp_of[i] < 0 ? 0 : first[s->comp_of[i]];
+		s->ops[i] = opcode_parse(s->node_of[i]->opcode);
 		if (p->buffers[i] == NULL)
 			return status_set(st, ST_INVALID_ARGUMENT, "node %zu has no buffer", i);
-		if (opcode_is_collective(s->ops[i]))
+		if (opcode_is_collective(s->ops[i]) && i < n_entry)
 			s->coll_of_node[i] = s->num_colls++;
 	}
-	if ((rv = fusion_check(p->graph, s->shapes, s->ops, p->fused_into, p->n_fused_into, st)) !=
-	    ST_OK)
+	if ((rv = fusion_check(s->node_of, s->base_of, n, s->shapes, s->ops, p->fused_into,
+	                       p->n_fused_into, st)) != ST_OK)
+		return rv;
+	if ((rv = control_check(dev, s, st)) != ST_OK)
 		return rv;
 	s->fusion_next = arena_calloc(s->arena, n + 1, sizeof(int));
 	s->fusion_head = arena_calloc(s->arena, n + 1, sizeof(int));
@@ -303,7 +318,7 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		const Podemu__CollectiveSchedule *cs = p->schedules[k];
 		int local = device_local(dev, cs->ordinal);
 		if (local < 0 || local >= dev->cores_per_host || cs->node < 0 ||
-		    (size_t)cs->node >= n || !opcode_is_collective(s->ops[cs->node]))
+		    (size_t)cs->node >= n_entry || !opcode_is_collective(s->ops[cs->node]))
 			return status_set(
 			    st, ST_INVALID_ARGUMENT,
 			    "schedule %zu names core %d / node %d, not a collective of "
@@ -423,10 +438,15 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 		step_free_outputs(dev, dev->step);
 		step_destroy(dev, dev->step);
 	}
-	for (size_t i = 0; i < s->prog->n_buffers && rv == ST_OK; i++)
+	for (size_t i = 0; i < s->n_entry && rv == ST_OK; i++)
 		rv = check_assignment(dev, s, i, st);
 	if (rv == ST_OK)
 		rv = step_allocate(dev, s, st);
+	if (rv == ST_OK && (rv = control_allocate(dev, s, st)) != ST_OK) {
+		step_free_outputs(dev, s);
+		for (int c = 0; c < dev->cores_per_host; c++)
+			hbm_release_reservation(&dev->cores[c].heap);
+	}
 	if (rv == ST_OK)
 		dev->step = s;
 	pthread_mutex_unlock(&dev->lock);
@@ -533,7 +553,6 @@ static int stall(struct device *dev, struct step *s, struct core *c, int node, s
  */
 static int run_fusion(struct step *s, struct core *c, int root, struct status *st)
 {
-	const Podemu__Graph *g = s->prog->graph;
 	int members[FUSION_MAX_NODES + 1], m = 0;
 	for (int j = s->fusion_head[root]; j != -1 && m < FUSION_MAX_NODES; j = s->fusion_next[j])
 		members[m++] = j;
@@ -547,7 +566,7 @@ static int run_fusion(struct step *s, struct core *c, int root, struct status *s
 		int64_t len = total - t < FUSION_TILE ? total - t : FUSION_TILE;
 		for (int q = 0; q < m && rv == ST_OK; q++) {
 			int node = members[q];
-			const Podemu__Node *n = g->nodes[node];
+			const Podemu__Node *n = s->node_of[node];
 			struct shape tiles[4];
 			struct kernel_call k = {
 			    .op = s->ops[node], .node = n, .out_shape = &tiles[3]};
@@ -557,7 +576,7 @@ static int run_fusion(struct step *s, struct core *c, int root, struct status *s
 			            ? (unsigned char *)core_ptr(c, s, root) + (size_t)t * es
 			            : scratch + (size_t)q * FUSION_TILE * sizeof(double);
 			for (size_t j = 0; j < n->n_operands && j < 3; j++) {
-				int p = n->operands[j], slot = -1;
+				int p = step_operand(s, node, j), slot = -1;
 				for (int r = 0; r < q; r++)
 					slot = members[r] == p ? r : slot;
 				shape_make(&tiles[j], s->shapes[p].dtype, &len, 1, st);
@@ -576,18 +595,37 @@ static int run_fusion(struct step *s, struct core *c, int root, struct status *s
 	return rv;
 }
 
-static int run_core(struct device *dev, struct step *s, struct core *c, struct status *st)
+int step_run_nodes(struct device *dev, struct step *s, struct core *c, const struct frame *f,
+                   struct status *st)
 {
-	const Podemu__Graph *g = s->prog->graph;
-	for (size_t i = 0; i < g->n_nodes; i++) {
+	size_t count = s->n_entry;
+	int first = 0;
+	const int32_t *order = NULL;
+	if (f->comp >= 0) {
+		count = s->prog->graph->computations[f->comp]->n_nodes;
+		first = s->comp_first[f->comp];
+		if (s->prog->n_computation_order)
+			order = s->prog->computation_order + (first - (int)s->n_entry);
+	}
+	for (size_t at = 0; at < count; at++) {
+		int i = first + (order != NULL ? order[at] : (int)at);
 		enum opcode op = s->ops[i];
-		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT)
+		int rv = control_place(s, c, f, i, st);
+		if (rv != ST_OK)
+			return rv;
+		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_GET_TUPLE_ELEMENT ||
+		    op == OP_TUPLE)
 			continue;
+		if (opcode_is_control_flow(op)) {
+			if ((rv = control_run(dev, s, c, f, i, st)) != ST_OK)
+				return rv;
+			continue;
+		}
 		if (opcode_is_collective(op)) {
 			if (dev->stall_before_collective)
-				return stall(dev, s, c, (int)i, st);
-			set_position(dev, s, c, (int)i);
-			int rv = coll_run(dev, s, c, (int)i, st);
+				return stall(dev, s, c, i, st);
+			set_position(dev, s, c, i);
+			rv = coll_run(dev, s, c, i, st);
 			set_position(dev, s, c, CORE_COMPUTING);
 			if (rv != ST_OK)
 				return rv;
@@ -595,35 +633,40 @@ static int run_core(struct device *dev, struct step *s, struct core *c, struct s
 		}
 		if (!dev->backed || (s->prog->n_fused_into && s->prog->fused_into[i] != -1))
 			continue; /* a fused node is computed by its fusion's root */
-		const Podemu__Node *n = g->nodes[i];
+		const Podemu__Node *n = s->node_of[i];
 		if (s->fusion_head[i] != -1) {
-			int rv = run_fusion(s, c, (int)i, st);
+			rv = run_fusion(s, c, i, st);
 			if (rv != ST_OK)
-				return status_set(st, rv,
-				                  "fusion rooted at %s (node %d) on core %d: %s",
-				                  n->opcode, step_source_node(s, (int)i),
-				                  c->ordinal, st->message);
+				return status_set(
+				    st, rv, "fusion rooted at %s (node %d) on core %d: %s",
+				    n->opcode, step_source_node(s, i), c->ordinal, st->message);
 			continue;
 		}
 		struct kernel_call k = {.op = op,
 		                        .node = n,
 		                        .out_shape = &s->shapes[i],
-		                        .out = core_ptr(c, s, (int)i),
+		                        .out = core_ptr(c, s, i),
 		                        .num_in = (int)n->n_operands,
 		                        .replica_id = c->ordinal};
 		if (n->n_operands > KERNEL_MAX_OPERANDS)
 			return status_set(st, ST_UNIMPLEMENTED,
-			                  "%s (node %zu) has too many operands", n->opcode, i);
+			                  "%s (node %d) has too many operands", n->opcode, i);
 		for (size_t j = 0; j < n->n_operands; j++) {
-			k.in_shapes[j] = &s->shapes[n->operands[j]];
-			k.in[j] = core_ptr(c, s, n->operands[j]);
+			k.in_shapes[j] = &s->shapes[step_operand(s, i, j)];
+			k.in[j] = core_ptr(c, s, step_operand(s, i, j));
 		}
-		int rv = kernel_run(&k, st);
+		rv = kernel_run(&k, st);
 		if (rv != ST_OK)
 			return status_set(st, rv, "%s (node %d) on core %d: %s", n->opcode,
-			                  step_source_node(s, (int)i), c->ordinal, st->message);
+			                  step_source_node(s, i), c->ordinal, st->message);
 	}
 	return ST_OK;
+}
+
+static int run_core(struct device *dev, struct step *s, struct core *c, struct status *st)
+{
+	struct frame entry = {.comp = -1};
+	return step_run_nodes(dev, s, c, &entry, st);
 }
 
 void *device_core_main(void *arg)
@@ -663,7 +706,7 @@ void *device_core_main(void *arg)
 /* Publishes a finished step's outputs as device buffers. Lock held. */
 static int step_publish(struct device *dev, struct step *s, struct status *st)
 {
-	for (size_t i = 0; i < s->prog->n_buffers; i++) {
+	for (size_t i = 0; i < s->n_entry; i++) {
 		const Podemu__BufferAssignment *b = s->prog->buffers[i];
 		if (b->kind != PODEMU__BUFFER_KIND__BUFFER_OUTPUT)
 			continue;

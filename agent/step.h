@@ -47,6 +47,18 @@ struct step {
 	struct shape *shapes;
 	enum opcode *ops;
 	int64_t **offsets; /* [core][node]: heap offset of the node's value, -1 when none */
+	/*
+	 * Nodes are numbered across the graph (graph.h): the entry's, then each computation's.
+	 * A called computation's values are placed as it runs (control.c).
+	 */
+	size_t n_entry, n_total;
+	Podemu__Node **node_of; /* [node] */
+	int *base_of;      /* [node]: the id of its computation's node 0 (operands add to it) */
+	int *comp_of;      /* [node]: its computation, -1 for the entry */
+	int *comp_first;   /* [computation]: the id of its node 0 */
+	void ***ptrs;      /* [core][node]: where a value placed at run time is, or NULL */
+	void ****elems;    /* [core][node]: a tuple value's elements' addresses, or NULL */
+	void ****staging;  /* [core][node]: a while body's results, staged per iteration */
 	void ***elsewhere; /* [core][node]: a value outside HBM (BUFFER_OTHER_SPACE), or NULL */
 	const Podemu__CollectiveSchedule ***sched; /* [core][node] */
 	int *coll_of_node;
@@ -71,7 +83,7 @@ struct step {
 /* The index the client recorded node i under (the coordinator may have reordered nodes). */
 static inline int step_source_node(const struct step *s, int i)
 {
-	return s->prog->n_source_nodes ? s->prog->source_nodes[i] : i;
+	return (size_t)i < s->prog->n_source_nodes ? s->prog->source_nodes[i] : i;
 }
 
 /* Bytes in a block's sequence (0 for none). */
@@ -82,11 +94,47 @@ static inline int64_t layout_len(const Podemu__BlockLayout *l)
 
 static inline void *core_ptr(struct core *c, struct step *s, int node)
 {
+	if (s->ptrs[c->local][node] != NULL || (size_t)node >= s->n_entry)
+		return s->ptrs[c->local][node];
 	int64_t off = s->offsets[c->local][node];
 	if (off < 0)
 		return s->elsewhere != NULL ? s->elsewhere[c->local][node] : NULL;
 	return hbm_ptr(&c->heap, off);
 }
+
+/* The id of operand j of node id (operands index the node's own computation). */
+static inline int step_operand(const struct step *s, int id, size_t j)
+{
+	return s->base_of[id] + s->node_of[id]->operands[j];
+}
+
+/* One activation of a computation on a core: its part of the reservation, its arguments. */
+struct step_arg {
+	void *ptr;    /* an array argument */
+	void **elems; /* a tuple argument's elements */
+	int n;
+};
+struct frame {
+	int comp;                    /* -1: the entry */
+	int64_t base;                /* where its temporaries start in the reservation */
+	const struct step_arg *args; /* by parameter number */
+	int n_args;
+	void *const *results; /* where the elements of what it returns go (BUFFER_CALLER) */
+	int n_results;
+};
+
+/* Runs the nodes of f's computation on core c, in their planned order (exec.c). */
+int step_run_nodes(struct device *dev, struct step *s, struct core *c, const struct frame *f,
+                   struct status *st);
+/* Places node id's value for frame f before it runs (control.c). */
+int control_place(struct step *s, struct core *c, const struct frame *f, int id, struct status *st);
+/* Runs a while, conditional or call node on core c (control.c). */
+int control_run(struct device *dev, struct step *s, struct core *c, const struct frame *f, int id,
+                struct status *st);
+/* Checks what step_build can of the computations: kinds, slots, what the pod runs. */
+int control_check(struct device *dev, struct step *s, struct status *st);
+/* The staging of each while's results on every core (backed pods), at prepare. */
+int control_allocate(struct device *dev, struct step *s, struct status *st);
 
 /* Runs core c's schedule for collective node `node` of s. */
 int coll_run(struct device *dev, struct step *s, struct core *c, int node, struct status *st);

@@ -46,10 +46,10 @@ int fusion_decide(const struct fusion_program *p, int *fused_into, struct arena 
 	return fused;
 }
 
-int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum opcode *ops,
-                 const int32_t *fused_into, size_t n_fused_into, struct status *st)
+int fusion_check(Podemu__Node *const *node_of, const int *base_of, size_t n,
+                 const struct shape *shapes, const enum opcode *ops, const int32_t *fused_into,
+                 size_t n_fused_into, struct status *st)
 {
-	size_t n = g->n_nodes;
 	if (n_fused_into == 0)
 		return ST_OK;
 	if (n_fused_into != n)
@@ -61,8 +61,9 @@ int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum 
 	int rv = ST_OK;
 	for (size_t i = 0; i < n && rv == ST_OK; i++) {
 		int r = fused_into[i];
-		if (r != -1 && (r <= (int)i || (size_t)r >= n || fused_into[r] != -1 ||
-		                !fusion_elementwise(ops[i]) || !opcode_is_elementwise(ops[r]) ||
+		if (r != -1 && (r <= (int)i || (size_t)r >= n || base_of[r] != base_of[i] ||
+		                fused_into[r] != -1 || !fusion_elementwise(ops[i]) ||
+		                !opcode_is_elementwise(ops[r]) ||
 		                shape_elements(&shapes[i]) != shape_elements(&shapes[r])))
 			rv = status_set(st, ST_INVALID_ARGUMENT,
 			                "node %zu (%s) cannot be fused into node %d", i,
@@ -73,8 +74,8 @@ int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum 
 			                FUSION_MAX_NODES);
 		/* A fused value has no buffer: only its own fusion may read it. */
 		int own = r == -1 ? (int)i : r;
-		for (size_t k = 0; rv == ST_OK && k < g->nodes[i]->n_operands; k++) {
-			int p = g->nodes[i]->operands[k];
+		for (size_t k = 0; rv == ST_OK && k < node_of[i]->n_operands; k++) {
+			int p = base_of[i] + node_of[i]->operands[k];
 			if (fused_into[p] != -1 && fused_into[p] != own)
 				rv = status_set(
 				    st, ST_INVALID_ARGUMENT,

@@ -51,10 +51,13 @@ int fusion_computation(const struct hlo_computation *c, bool on, const bool *hel
                        struct arena *a);
 
 /*
- * Checks fused_into as an agent receives it: every fused node is elementwise and fused into a
- * later elementwise root with as many elements, and no fusion has more than FUSION_MAX_NODES.
+ * Checks fused_into as an agent receives it, for the n nodes across a graph (node_of[id],
+ * whose operands add to base_of[id]): every fused node is elementwise and fused into a later
+ * elementwise root of its own computation with as many elements, and no fusion has more than
+ * FUSION_MAX_NODES.
  */
-int fusion_check(const Podemu__Graph *g, const struct shape *shapes, const enum opcode *ops,
-                 const int32_t *fused_into, size_t n_fused_into, struct status *st);
+int fusion_check(Podemu__Node *const *node_of, const int *base_of, size_t n,
+                 const struct shape *shapes, const enum opcode *ops, const int32_t *fused_into,
+                 size_t n_fused_into, struct status *st);
 
 #endif
