@@ -43,8 +43,8 @@ static int check_element(struct step *s, int id, int k, const Podemu__BufferAssi
 		    bytes <= s->prog->temp_bytes - e->offset)
 			return ST_OK;
 		break;
-	case PODEMU__BUFFER_KIND__BUFFER_ALIAS: /* a later output of the entry holds it */
-		if (s->comp_of[id] != -1 || e->alias_of <= id || (size_t)e->alias_of >= s->n_entry)
+	case PODEMU__BUFFER_KIND__BUFFER_ALIAS: /* an output of the entry holds it: it, or later */
+		if (s->comp_of[id] != -1 || e->alias_of < id || (size_t)e->alias_of >= s->n_entry)
 			break;
 		target = s->prog->buffers[e->alias_of];
 		if (target->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT && target->donor == 0 &&
@@ -91,7 +91,7 @@ static int check_nested(struct device *dev, struct step *s, int id, struct statu
 			return ST_OK;
 		break;
 	case PODEMU__BUFFER_KIND__BUFFER_NONE:
-		if (op == OP_OPT_BARRIER || op == OP_TUPLE || opcode_is_control_flow(op))
+		if (op == OP_OPT_BARRIER || op == OP_TUPLE || step_has_elements(s, id))
 			return ST_OK;
 		break;
 	case PODEMU__BUFFER_KIND__BUFFER_FUSED:
@@ -148,11 +148,13 @@ int control_check(struct device *dev, struct step *s, struct status *st)
 		rv = check_nested(dev, s, (int)id, st);
 	for (size_t id = 0; rv == ST_OK && id < s->n_total; id++) {
 		const Podemu__BufferAssignment *b = p->buffers[id];
-		if (!opcode_is_control_flow(s->ops[id]))
+		if (!step_has_elements(s, (int)id))
 			continue;
 		int n = element_count(&s->shapes[id]);
-		if (b->kind != PODEMU__BUFFER_KIND__BUFFER_NONE || (int)b->n_elements != n ||
-		    b->offset < 0 || b->offset > p->temp_bytes ||
+		bool own = b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT && !s->shapes[id].tuple &&
+		           s->comp_of[id] == -1; /* an array result held: its own device buffer */
+		if ((b->kind != PODEMU__BUFFER_KIND__BUFFER_NONE && !own) ||
+		    (int)b->n_elements != n || b->offset < 0 || b->offset > p->temp_bytes ||
 		    s->node_of[id]->known_trip_count < 0)
 			rv = status_set(st, ST_INVALID_ARGUMENT,
 			                "%s (node %zu): invalid assignment of its %d elements",
@@ -177,7 +179,7 @@ int control_check(struct device *dev, struct step *s, struct status *st)
 		for (size_t id = 0; id < s->n_total; id++) {
 			enum opcode op = s->ops[id];
 			bool tuple = s->shapes[id].tuple && op != OP_GET_TUPLE_ELEMENT;
-			if (!tuple && !opcode_is_control_flow(op))
+			if (!tuple && !step_has_elements(s, (int)id))
 				continue;
 			int n = element_count(&s->shapes[id]);
 			s->elems[c][id] = arena_calloc(s->arena, (size_t)n + 1, sizeof(void *));

@@ -103,9 +103,9 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 	case PODEMU__BUFFER_KIND__BUFFER_OUTPUT:
 		/* An element of a while, conditional or call the client holds is its own. */
 		if (op == OP_PARAMETER || op == OP_OPT_BARRIER || op == OP_TUPLE ||
-		    opcode_is_control_flow(op) ||
+		    (step_has_elements(s, (int)i) && shape->tuple) ||
 		    (op == OP_GET_TUPLE_ELEMENT &&
-		     !opcode_is_control_flow(s->ops[step_operand(s, (int)i, 0)])))
+		     !step_has_elements(s, step_operand(s, (int)i, 0))))
 			break;
 		if (b->handle == 0 || device_find_buffer(dev, b->handle) != NULL)
 			return status_set(st, ST_ALREADY_EXISTS,
@@ -143,7 +143,7 @@ static int check_assignment(struct device *dev, struct step *s, size_t i, struct
 			return ST_OK;
 		break;
 	case PODEMU__BUFFER_KIND__BUFFER_NONE: /* elements of control flow: control_check */
-		if (op != OP_OPT_BARRIER && op != OP_TUPLE && !opcode_is_control_flow(op))
+		if (op != OP_OPT_BARRIER && op != OP_TUPLE && !step_has_elements(s, (int)i))
 			break;
 		return ST_OK;
 	case PODEMU__BUFFER_KIND__BUFFER_OTHER_SPACE:

@@ -102,6 +102,13 @@ static inline void *core_ptr(struct core *c, struct step *s, int node)
 	return hbm_ptr(&c->heap, off);
 }
 
+/* A node whose value has element assignments: control flow, or an opaque op's tuple. */
+static inline bool step_has_elements(const struct step *s, int id)
+{
+	return opcode_is_control_flow(s->ops[id]) ||
+	       (s->ops[id] == OP_OPAQUE && s->shapes[id].tuple);
+}
+
 /* The id of operand j of node id (operands index the node's own computation). */
 static inline int step_operand(const struct step *s, int id, size_t j)
 {

@@ -21,6 +21,7 @@ struct pe_tensor {
 	struct shape shape;
 	int node;        /* >= 0: pending, the node of the current graph */
 	uint64_t handle; /* != 0: a device buffer */
+	int recording;   /* where it was made: 0 the entry, else a computation being recorded */
 };
 
 struct pe_client {
@@ -37,6 +38,11 @@ struct pe_client {
 	struct shape *shapes;
 	int num_nodes;
 	int cap_nodes;
+	/* Computations recorded for the pending graph, and the one being recorded (0: none). */
+	Podemu__Computation **comps;
+	struct shape **comp_shapes;
+	int num_comps, cap_comps;
+	int recording, last_recording;
 	uint64_t *release_after;
 	size_t num_release;
 	size_t cap_release;
@@ -75,5 +81,9 @@ pe_tensor *client_node_tensor(pe_client *c, Podemu__Node *n);
 pe_tensor *client_unary(pe_tensor *a, Podemu__Node *n);
 /* The node that reads tensor t in the pending graph: its own node, or a parameter; -1. */
 int client_operand_of(pe_tensor *t);
+/* The n tensors of node index's value: its elements (a tuple), else itself (control.c). */
+int client_unpack(pe_client *c, int index, pe_tensor **out, int n);
+/* The computations of the pending graph (control.c), freed with it. */
+void client_computations_free(pe_client *c);
 
 #endif

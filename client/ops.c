@@ -306,6 +306,31 @@ pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int rank)
 	return client_unary(a, n);
 }
 
+/* An opaque node named name over operands (its shape still to set), or NULL. */
+static Podemu__Node *opaque_node(pe_client *c, const char *name, pe_tensor *const *operands,
+                                 int n_operands)
+{
+	Podemu__Node *n = client_node_new(c, OP_OPAQUE);
+	if (n == NULL)
+		return NULL;
+	n->name = arena_strdup(c->graph_arena, name ? name : "opaque");
+	n->operands = arena_calloc(c->graph_arena, (size_t)n_operands + 1, sizeof(int32_t));
+	if (n->name == NULL || n->operands == NULL)
+		return NULL;
+	for (int k = 0; k < n_operands; k++) {
+		if (operands[k] == NULL || operands[k]->c != c) {
+			client_fail(c, ST_INVALID_ARGUMENT,
+			            "opaque %s: operand %d is not a tensor of this client", n->name,
+			            k);
+			return NULL;
+		}
+		if ((n->operands[k] = client_operand_of(operands[k])) < 0)
+			return NULL;
+	}
+	n->n_operands = (size_t)n_operands;
+	return n;
+}
+
 pe_tensor *pe_opaque(pe_client *c, const char *name, pe_dtype dtype, const int64_t *dims, int rank,
                      pe_tensor *const *operands, int n_operands)
 {
@@ -315,26 +340,40 @@ pe_tensor *pe_opaque(pe_client *c, const char *name, pe_dtype dtype, const int64
 		            rank, n_operands);
 		return NULL;
 	}
-	Podemu__Node *n = client_node_new(c, OP_OPAQUE);
+	Podemu__Node *n = opaque_node(c, name, operands, n_operands);
 	if (n == NULL || (n->shape = client_shape_new(c, dtype, dims, rank)) == NULL)
 		return NULL;
-	n->name = arena_strdup(c->graph_arena, name ? name : "opaque");
-	n->operands = arena_calloc(c->graph_arena, (size_t)n_operands + 1, sizeof(int32_t));
-	if (n->name == NULL || n->operands == NULL)
-		return NULL;
-	for (int k = 0; k < n_operands; k++) {
-		if (operands[k] == NULL || operands[k]->c != c) {
-			client_fail(c, ST_INVALID_ARGUMENT,
-			            "opaque %s: operand %d is not a tensor of this "
-			            "client",
-			            n->name, k);
-			return NULL;
-		}
-		if ((n->operands[k] = client_operand_of(operands[k])) < 0)
-			return NULL;
-	}
-	n->n_operands = (size_t)n_operands;
 	return client_node_tensor(c, n);
+}
+
+int pe_opaque_tuple(pe_client *c, const char *name, int n_results, const pe_dtype *dtypes,
+                    const int64_t *const *dims, const int *ranks, pe_tensor *const *operands,
+                    int n_operands, pe_tensor **out)
+{
+	if (n_results < 1 || n_results > 4096 || n_operands < 0 || dtypes == NULL || dims == NULL ||
+	    ranks == NULL || out == NULL)
+		return client_fail(c, ST_INVALID_ARGUMENT, "opaque %s: %d results, %d operands",
+		                   name ? name : "", n_results, n_operands);
+	Podemu__Node *n = opaque_node(c, name, operands, n_operands);
+	Podemu__Shape *sh = n != NULL ? client_shape_new(c, 0, NULL, 0) : NULL;
+	if (sh == NULL)
+		return c->code ? c->code : PE_RESOURCE_EXHAUSTED;
+	sh->tuple = true;
+	sh->elements = arena_calloc(c->graph_arena, (size_t)n_results, sizeof(*sh->elements));
+	if (sh->elements == NULL)
+		return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; k < n_results; k++) {
+		if (ranks[k] < 0 || ranks[k] > PE_MAX_RANK)
+			return client_fail(c, ST_INVALID_ARGUMENT,
+			                   "opaque %s: result %d has rank %d", n->name, k,
+			                   ranks[k]);
+		if ((sh->elements[k] = client_shape_new(c, dtypes[k], dims[k], ranks[k])) == NULL)
+			return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	sh->n_elements = (size_t)n_results;
+	n->shape = sh;
+	int index = client_node_add(c, n);
+	return index < 0 ? c->code : client_unpack(c, index, out, n_results);
 }
 
 pe_tensor *pe_dot(pe_tensor *a, pe_tensor *b)

@@ -123,6 +123,7 @@ int pe_wait_ready(pe_client *c, int timeout_ms)
 
 static int graph_reset(pe_client *c)
 {
+	client_computations_free(c);
 	arena_free(c->graph_arena);
 	free(c->nodes);
 	free(c->shapes);
@@ -203,6 +204,7 @@ void pe_disconnect(pe_client *c)
 		arena_free(a);
 	}
 	rpc_client_close(c->rpc);
+	client_computations_free(c);
 	arena_free(c->graph_arena);
 	arena_free(c->long_arena);
 	free(c->nodes);
@@ -225,6 +227,7 @@ pe_tensor *client_tensor_new(pe_client *c, const struct shape *shape, int node, 
 	t->shape = *shape;
 	t->node = node;
 	t->handle = handle;
+	t->recording = c->recording;
 	t->next = c->tensors;
 	if (c->tensors)
 		c->tensors->prev = t;
@@ -290,7 +293,11 @@ int client_node_add(pe_client *c, Podemu__Node *n)
 	struct graph_env env = {.world_size = c->world_size,
 	                        .mesh = c->mesh,
 	                        .n_mesh = c->num_mesh,
-	                        .arena = c->graph_arena};
+	                        .arena = c->graph_arena,
+	                        .in_computation = c->recording != 0,
+	                        .n_comps = c->num_comps,
+	                        .comps = c->comps,
+	                        .comp_shapes = (const struct shape *const *)c->comp_shapes};
 	if (graph_infer_node(&shape, c->nodes, c->num_nodes, c->shapes, &env, &st) != ST_OK) {
 		client_fail_status(c, &st);
 		return -1;
@@ -311,6 +318,12 @@ pe_tensor *client_node_tensor(pe_client *c, Podemu__Node *n)
 int client_operand_of(pe_tensor *t)
 {
 	pe_client *c = t->c;
+	if (t->recording != c->recording || (t->node < 0 && c->recording != 0)) {
+		client_fail(c, ST_INVALID_ARGUMENT,
+		            "a tensor from outside the computation being recorded; pass it in as "
+		            "an argument (or the state of the loop)");
+		return -1;
+	}
 	if (t->node >= 0)
 		return t->node;
 	if (t->handle == 0) {
@@ -525,6 +538,8 @@ static int pending_step(pe_client *c, struct pending_step *p)
 	p->graph.n_outputs = (size_t)num_outputs;
 	p->graph.mesh = c->mesh;
 	p->graph.n_mesh = c->num_mesh;
+	p->graph.computations = c->comps;
+	p->graph.n_computations = (size_t)c->num_comps;
 	return ST_OK;
 }
 
@@ -533,6 +548,9 @@ int pe_mark_step(pe_client *c)
 	int rv = ST_OK;
 	c->code = PE_OK;
 	c->error[0] = '\0';
+	if (c->recording != 0)
+		return client_fail(c, ST_FAILED_PRECONDITION,
+		                   "mark_step inside a computation being recorded");
 	if (c->num_nodes == 0) {
 		if (c->num_release > 0)
 			rv = release_handles(c, c->release_after, c->num_release);
@@ -572,6 +590,9 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 	memset(out, 0, sizeof(*out));
 	c->code = PE_OK;
 	c->error[0] = '\0';
+	if (c->recording != 0)
+		return client_fail(c, ST_FAILED_PRECONDITION,
+		                   "plan_step inside a computation being recorded");
 	int rv = ST_OK;
 	struct pending_step p;
 	if ((rv = pending_step(c, &p)) != ST_OK)

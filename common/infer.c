@@ -525,15 +525,10 @@ static int tuple_of(struct shape *out, Podemu__Node *const *nodes, const Podemu_
 	return ST_OK;
 }
 
-/* A computation's parameter: its declared shape, an array or a tuple of arrays. */
-static int infer_computation_parameter(struct shape *out, const Podemu__Node *n,
-                                       const struct graph_env *env, const char *label,
-                                       struct status *st)
+/* A declared shape: an array, or a tuple of arrays (its elements from env's arena). */
+static int declared_shape(struct shape *out, const Podemu__Shape *p, const struct graph_env *env,
+                          const char *label, struct status *st)
 {
-	if (n->handle != 0)
-		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "%s: a computation's parameter names no device buffer", label);
-	const Podemu__Shape *p = n->shape;
 	if (p == NULL || !p->tuple) {
 		int rv = shape_from_proto(out, p, st);
 		return rv == ST_OK ? ST_OK : status_set(st, rv, "%s: %s", label, st->message);
@@ -554,6 +549,17 @@ static int infer_computation_parameter(struct shape *out, const Podemu__Node *n,
 	out->n_elements = (int)p->n_elements;
 	out->elements = elements;
 	return ST_OK;
+}
+
+/* A computation's parameter: its declared shape, an array or a tuple of arrays. */
+static int infer_computation_parameter(struct shape *out, const Podemu__Node *n,
+                                       const struct graph_env *env, const char *label,
+                                       struct status *st)
+{
+	if (n->handle != 0)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: a computation's parameter names no device buffer", label);
+	return declared_shape(out, n->shape, env, label, st);
 }
 
 /* The shape of computation c's parameter number k (NULL when it has none) and its count. */
@@ -787,12 +793,7 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 		if (n->shape == NULL)
 			return status_set(st, ST_INVALID_ARGUMENT,
 			                  "%s: an opaque op needs its shape", label);
-		if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)
-			return status_set(st, rv, "%s: %s", label, st->message);
-		if (out->tuple)
-			return status_set(st, ST_INVALID_ARGUMENT, "%s: result cannot be a tuple",
-			                  label);
-		return ST_OK;
+		return declared_shape(out, n->shape, env, label, st);
 	case OP_CONSTANT:
 	case OP_IOTA:
 		if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)

@@ -254,8 +254,10 @@ static int attribute(struct reader *r, struct hlo_instruction *in, struct pendin
 			    in->name, v);
 	} else if (strcmp(key, "async_execution_thread") == 0) {
 		in->execution_thread = v;
+	} else if (strcmp(key, "backend_config") == 0) {
+		in->backend_config = v;
 	}
-	return ST_OK; /* metadata, sharding, backend_config, ...: nothing for memory */
+	return ST_OK; /* metadata, sharding, ...: nothing for memory */
 }
 
 /* The operands "(f32[8] %x, %y)" (each may carry its shape first). */
@@ -561,6 +563,21 @@ struct hlo_computation *hlo_find_computation(const struct hlo_module *m, const c
 		if (strcmp(m->computations[i]->name, name) == 0)
 			return m->computations[i];
 	return NULL;
+}
+
+int64_t hlo_known_trip_count(const struct hlo_instruction *in)
+{
+	/* backend_config={"known_trip_count":{"n":"10"}}, as XLA's while loop analysis writes it */
+	const char *at = in->backend_config ? strstr(in->backend_config, "known_trip_count") : NULL;
+	if (at == NULL || (at = strstr(at, "\"n\"")) == NULL)
+		return 0;
+	at += 3;
+	while (*at == ':' || *at == ' ' || *at == '"')
+		at++;
+	long long n = 0;
+	for (; *at >= '0' && *at <= '9' && n < (1LL << 40); at++)
+		n = n * 10 + (*at - '0');
+	return n;
 }
 
 struct hlo_computation *hlo_callee(const struct hlo_instruction *in, enum hlo_call_role role, int k)

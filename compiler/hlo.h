@@ -166,11 +166,15 @@ struct hlo_instruction {
 	const char *custom_call_target; /* custom-call */
 	const char *operand_aliasing;   /* custom-call output_to_operand_aliasing, as written */
 	const char *execution_thread;   /* async_execution_thread, as written */
+	const char *backend_config;     /* as written */
 
 	/* Set by compiler passes. */
 	bool may_alias_operand; /* an all-reduce that may write into its operand's bytes */
 	struct hlo_instruction *replaced_by; /* lowered into this one (compiler/strategy.c) */
 };
+
+/* A while's known_trip_count from its backend_config, or 0 when it gives none. */
+int64_t hlo_known_trip_count(const struct hlo_instruction *in);
 
 /* The k-th computation of that role an instruction names, or NULL. */
 struct hlo_computation *hlo_callee(const struct hlo_instruction *in, enum hlo_call_role role,

@@ -105,11 +105,16 @@ static int from_buffer(Podemu__BufferAssignment *b, const struct planner *p, int
 
 /* A while, conditional or call: its result's elements, and where its callees' heap starts. */
 static int control_flow(Podemu__BufferAssignment *b, const struct planner *p,
-                        const struct comp_plan *cp, int i, int node, const char *opcode)
+                        const struct comp_plan *cp, int c, int i, int node, const char *opcode)
 {
+	int n = cp->n_values[i], rv;
 	b->kind = PODEMU__BUFFER_KIND__BUFFER_NONE;
+	/* An array result the client holds: a device buffer of its own, its one element. */
+	bool held = c < 0 && n == 1 && p->output_of[i] >= 0 &&
+	            p->mp->buffers[cp->values[i][0]].kind == BUF_OUTPUT;
+	if (held && (rv = from_buffer(b, p, cp->values[i][0], node, opcode)) != ST_OK)
+		return rv;
 	b->offset = cp->callee_at[i] > 0 ? cp->callee_at[i] : 0;
-	int n = cp->n_values[i];
 	b->elements = arena_calloc(p->a, (size_t)n + 1, sizeof(*b->elements));
 	if (b->elements == NULL)
 		return status_set(p->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -118,8 +123,16 @@ static int control_flow(Podemu__BufferAssignment *b, const struct planner *p,
 		if (e == NULL)
 			return status_set(p->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		podemu__buffer_assignment__init(e);
-		int rv = from_buffer(e, p, cp->values[i][k], node, opcode);
-		if (rv != ST_OK)
+		int id = cp->values[i][k];
+		if (p->mp->buffers[id].kind == BUF_OUTPUT && p->holder[id] >= 0) {
+			/* An element the client holds: the device buffer of the node that names it.
+			 */
+			e->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;
+			e->alias_of = p->position[p->holder[id]];
+			b->elements[b->n_elements++] = e;
+			continue;
+		}
+		if ((rv = from_buffer(e, p, id, node, opcode)) != ST_OK)
 			return rv;
 		b->elements[b->n_elements++] = e;
 	}
@@ -149,11 +162,15 @@ static int assignment(Podemu__BufferAssignment *b, const struct planner *p, int 
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_NONE; /* its operands' values */
 	} else if (cp->fused_into[i] >= 0) {
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_FUSED; /* computed inside its root */
-	} else if (opcode_is_control_flow(op)) {
-		return control_flow(b, p, cp, i, id, node->opcode);
+	} else if (opcode_is_control_flow(op) ||
+	           (op == OP_OPAQUE && p->shapes[c < 0 ? i : id].tuple)) {
+		return control_flow(b, p, cp, c, i, id, node->opcode);
 	} else if (buf == NULL) {
 		return status_set(p->st, ST_INTERNAL, "node %d (%s) has no buffer", id,
 		                  node->opcode);
+	} else if (op == OP_GET_TUPLE_ELEMENT && c < 0 && p->output_of[i] >= 0 &&
+	           buf->kind == BUF_OUTPUT) {
+		return from_buffer(b, p, vals[0], id, node->opcode); /* an element held: its own */
 	} else if (op == OP_GET_TUPLE_ELEMENT) {
 		/* The node that made the buffer; of a tuple value, element tuple_index. */
 		b->kind = PODEMU__BUFFER_KIND__BUFFER_ALIAS;

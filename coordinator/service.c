@@ -195,10 +195,14 @@ static Podemu__Shape *shape_to_proto(struct arena *a, const struct shape *s)
 	p->tuple = s->tuple;
 	p->dtype = (Podemu__DType)s->dtype;
 	p->n_dims = (size_t)s->rank;
-	p->dims = arena_calloc(a, (size_t)s->rank, sizeof(int64_t));
-	if (p->dims == NULL)
+	p->dims = arena_calloc(a, (size_t)s->rank + 1, sizeof(int64_t));
+	p->elements = arena_calloc(a, (size_t)s->n_elements + 1, sizeof(*p->elements));
+	if (p->dims == NULL || p->elements == NULL)
 		return NULL;
 	memcpy(p->dims, s->dims, (size_t)s->rank * sizeof(int64_t));
+	for (int k = 0; k < s->n_elements; k++)
+		if ((p->elements[p->n_elements++] = shape_to_proto(a, &s->elements[k])) == NULL)
+			return NULL;
 	return p;
 }
 

@@ -374,6 +374,101 @@ static void test_optimization_barrier_keeps_values(void **state)
 	pe_release(s);
 }
 
+/* A loop over (x, i): x = 2x + replica id, i = i + 1, while i < limit. */
+struct loop {
+	pe_client *c;
+	double limit;
+	pe_tensor *outside; /* a tensor of the caller, which a computation may not use */
+};
+
+static pe_tensor *loop_cond(pe_tensor *const *state, int n, void *ctx)
+{
+	struct loop *l = ctx;
+	assert_int_equal(n, 2);
+	return pe_compare(state[1], pe_full(l->c, PE_S32, NULL, 0, l->limit), "LT");
+}
+
+static int loop_body(pe_tensor *const *state, int n, void *ctx, pe_tensor **next, int n_next)
+{
+	struct loop *l = ctx;
+	assert_int_equal(n, 2);
+	assert_int_equal(n_next, 2);
+	int64_t d[] = {8};
+	pe_tensor *id = pe_broadcast(pe_convert(pe_replica_id(l->c), PE_F32), d, 1, NULL);
+	pe_tensor *x = l->outside != NULL ? l->outside : state[0];
+	next[0] = pe_add(pe_multiply(x, pe_full(l->c, PE_F32, d, 1, 2.0)), id);
+	next[1] = pe_add(state[1], pe_full(l->c, PE_S32, NULL, 0, 1.0));
+	return next[0] && next[1] ? PE_OK : PE_INVALID_ARGUMENT;
+}
+
+static int negate(pe_tensor *const *args, int n, void *ctx, pe_tensor **out, int n_out)
+{
+	(void)ctx;
+	assert_int_equal(n, 1);
+	assert_int_equal(n_out, 1);
+	out[0] = pe_negate(args[0]);
+	return PE_OK;
+}
+
+static int times_ten(pe_tensor *const *args, int n, void *ctx, pe_tensor **out, int n_out)
+{
+	struct loop *l = ctx;
+	int64_t d[] = {8};
+	(void)n;
+	(void)n_out;
+	out[0] = pe_multiply(args[0], pe_full(l->c, PE_F32, d, 1, 10.0));
+	return PE_OK;
+}
+
+/* while, call and conditional run their computations on every core, with real bytes. */
+static void test_control_flow_runs_on_every_core(void **state)
+{
+	pe_client *c = *state;
+	int64_t d[] = {8};
+	struct loop l = {.c = c, .limit = 3};
+	pe_tensor *init[] = {pe_iota(c, PE_F32, d, 1, 0), pe_full(c, PE_S32, NULL, 0, 0.0)};
+	pe_tensor *out[2];
+	assert_int_equal(pe_while_loop(init, 2, loop_cond, loop_body, &l, 0, out), PE_OK);
+	pe_tensor *called;
+	assert_int_equal(pe_call(&out[0], 1, negate, NULL, &called, 1), PE_OK);
+	/* Core 0 takes the first branch (10 x), the others the second (-x). */
+	pe_tensor *first = pe_compare(pe_replica_id(c), pe_full(c, PE_U32, NULL, 0, 1.0), "LT");
+	pe_tensor *const branch_x[] = {out[0]};
+	pe_tensor *const *args[] = {branch_x, branch_x};
+	int n_args[] = {1, 1};
+	pe_computation_fn fns[] = {times_ten, negate};
+	void *ctxs[] = {&l, NULL};
+	pe_tensor *picked;
+	assert_int_equal(pe_conditional(first, 2, args, n_args, fns, ctxs, &picked, 1), PE_OK);
+	for (int r = 0; r < pe_world_size(c); r++) {
+		float x[8], neg[8], p[8];
+		int32_t i;
+		assert_int_equal(pe_fetch(out[0], r, x, sizeof(x)), PE_OK);
+		assert_int_equal(pe_fetch(out[1], r, &i, sizeof(i)), PE_OK);
+		assert_int_equal(pe_fetch(called, r, neg, sizeof(neg)), PE_OK);
+		assert_int_equal(pe_fetch(picked, r, p, sizeof(p)), PE_OK);
+		assert_int_equal(i, 3);
+		for (int j = 0; j < 8; j++) {
+			assert_true(x[j] == 8.0f * j + 7.0f * r); /* three times 2x + r */
+			assert_true(neg[j] == -x[j]);
+			assert_true(p[j] == (r == 0 ? 10 * x[j] : -x[j]));
+		}
+	}
+	/* A computation cannot use a tensor of its caller; the step is not harmed. */
+	l.outside = out[0];
+	pe_tensor *again[2];
+	assert_int_equal(pe_while_loop(init, 2, loop_cond, loop_body, &l, 0, again),
+	                 PE_INVALID_ARGUMENT);
+	assert_non_null(strstr(pe_last_error(c), "a tensor from outside the computation"));
+	for (int k = 0; k < 2; k++)
+		pe_release(init[k]);
+	pe_release(out[0]);
+	pe_release(out[1]);
+	pe_release(called);
+	pe_release(first);
+	pe_release(picked);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -387,6 +482,7 @@ int main(void)
 	    cmocka_unit_test(test_fragmented_heap_fails_the_reservation_in_xla_words),
 	    cmocka_unit_test(test_bad_calls_get_clear_errors),
 	    cmocka_unit_test(test_optimization_barrier_keeps_values),
+	    cmocka_unit_test(test_control_flow_runs_on_every_core),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

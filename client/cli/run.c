@@ -26,6 +26,7 @@ struct value {
 	pe_tensor *t;
 	int n;
 	pe_tensor **elems;
+	bool own_elems; /* elems made for this value (a while's, call's or conditional's result) */
 	bool is_scalar_constant;
 	double scalar;
 };
@@ -205,6 +206,140 @@ static int set_layout(struct runner *r, const struct hlo_instruction *in, pe_ten
 	return ST_OK;
 }
 
+static int record(struct runner *r, const struct hlo_instruction *in);
+
+/* An HLO computation recorded again as a called one: its parameters are args. */
+static int replay(struct runner *r, const struct hlo_computation *comp, pe_tensor *const *args,
+                  int n_args, pe_tensor **results, int n_results)
+{
+	struct value *saved = r->vals;
+	struct value *vals = calloc((size_t)comp->n_instructions + 1, sizeof(*vals));
+	if (vals == NULL)
+		return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	r->vals = vals;
+	int rv = ST_OK;
+	for (int k = 0; k < comp->n_parameters && rv == ST_OK; k++) {
+		struct value *v = &vals[comp->parameters[k]->index];
+		if (comp->n_parameters == 1 && comp->parameters[k]->shape.type == HT_TUPLE &&
+		    n_args > 1) {
+			v->n = n_args;
+			v->elems = calloc((size_t)n_args, sizeof(*v->elems));
+			if (v->elems == NULL)
+				rv =
+				    status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			else
+				memcpy(v->elems, args, (size_t)n_args * sizeof(*args));
+		} else if (k < n_args) {
+			v->t = args[k];
+		}
+	}
+	for (int i = 0; rv == ST_OK && i < comp->n_instructions; i++)
+		if (comp->instructions[i]->parameter_number < 0)
+			rv = record(r, comp->instructions[i]);
+	const struct value *root = &vals[comp->root->index];
+	for (int k = 0; rv == ST_OK && k < n_results; k++)
+		results[k] = root->elems && k < root->n ? root->elems[k] : root->t;
+	for (int i = 0; i < comp->n_instructions; i++)
+		free(vals[i].elems);
+	free(vals);
+	r->vals = saved;
+	return rv;
+}
+
+/* A computation of the module as the client library's callback records it. */
+struct callee {
+	struct runner *r;
+	const struct hlo_computation *cond, *body;
+};
+
+static int replay_fn(pe_tensor *const *args, int n_args, void *ctx, pe_tensor **results,
+                     int n_results)
+{
+	struct callee *k = ctx;
+	return replay(k->r, k->body, args, n_args, results, n_results) == ST_OK
+	           ? PE_OK
+	           : PE_INVALID_ARGUMENT;
+}
+
+static pe_tensor *replay_cond(pe_tensor *const *state, int n, void *ctx)
+{
+	struct callee *k = ctx;
+	pe_tensor *pred = NULL;
+	return replay(k->r, k->cond, state, n, &pred, 1) == ST_OK ? pred : NULL;
+}
+
+/* Elements of an HLO value's shape as the library sees them (an array: 1). */
+static int n_values(const struct hlo_shape *s)
+{
+	return s->type == HT_TUPLE ? s->n_tuple : 1;
+}
+
+/* while, call and conditional: their computations recorded through the library. */
+static int control_flow(struct runner *r, const struct hlo_instruction *in, struct value *v)
+{
+	int n = n_values(&in->shape), rv;
+	pe_tensor **out = calloc((size_t)n + 1, sizeof(*out));
+	if (out == NULL)
+		return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	struct callee k = {.r = r};
+	if (hlo_is(in, "while")) {
+		const struct value *init = &r->vals[in->operands[0]->index];
+		k.cond = hlo_callee(in, CALL_CONDITION, 0);
+		k.body = hlo_callee(in, CALL_BODY, 0);
+		rv = pe_while_loop(init->elems ? init->elems : &init->t, init->elems ? init->n : 1,
+		                   replay_cond, replay_fn, &k, hlo_known_trip_count(in), out);
+	} else if (hlo_is(in, "call")) {
+		pe_tensor **args = calloc((size_t)in->n_operands + 1, sizeof(*args));
+		for (int j = 0; args != NULL && j < in->n_operands; j++)
+			args[j] = arg(r, in, j);
+		k.body = in->to_apply;
+		rv = args ? pe_call(args, in->n_operands, replay_fn, &k, out, n)
+		          : PE_RESOURCE_EXHAUSTED;
+		free(args);
+	} else { /* conditional */
+		int branches = in->n_operands - 1;
+		pe_tensor *const **bargs = calloc((size_t)branches + 1, sizeof(*bargs));
+		int *nargs = calloc((size_t)branches + 1, sizeof(int));
+		pe_computation_fn *fns = calloc((size_t)branches + 1, sizeof(*fns));
+		struct callee *ks = calloc((size_t)branches + 1, sizeof(*ks));
+		for (int b = 0; bargs && nargs && fns && ks && b < branches; b++) {
+			struct value *op = &r->vals[in->operands[b + 1]->index];
+			bargs[b] = op->elems ? op->elems : &op->t;
+			nargs[b] = op->elems ? op->n : 1;
+			fns[b] = replay_fn;
+			ks[b] = (struct callee){.r = r, .body = hlo_callee(in, CALL_BRANCH, b)};
+		}
+		void **ctxs = calloc((size_t)branches + 1, sizeof(void *));
+		for (int b = 0; ctxs && ks && b < branches; b++)
+			ctxs[b] = &ks[b];
+		rv = bargs && nargs && fns && ks && ctxs
+		         ? pe_conditional(arg(r, in, 0), branches, bargs, nargs, fns, ctxs, out, n)
+		         : PE_RESOURCE_EXHAUSTED;
+		free(ctxs);
+		free(bargs);
+		free(nargs);
+		free(fns);
+		free(ks);
+	}
+	if (rv != PE_OK) {
+		free(out);
+		if (r->st.code != ST_OK)
+			return r->st.code;
+		return status_set(&r->st, pe_last_code(r->c) ? pe_last_code(r->c) : rv,
+		                  "line %d: %s (%s): %s", in->line, in->name, in->opcode,
+		                  pe_last_error(r->c));
+	}
+	if (in->shape.type == HT_TUPLE) {
+		v->elems = out;
+		v->n = n;
+		v->own_elems = true;
+	} else {
+		v->t = out[0];
+		free(out);
+	}
+	return ST_OK;
+}
+
 static int record(struct runner *r, const struct hlo_instruction *in)
 {
 	pe_tensor *(*fn2)(pe_tensor *, pe_tensor *);
@@ -240,6 +375,8 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 		snprintf(base, sizeof(base), "%.*s", (int)(len - 6), op);
 		op = base;
 	}
+	if (strcmp(op, "while") == 0 || strcmp(op, "call") == 0 || strcmp(op, "conditional") == 0)
+		return control_flow(r, in, v);
 	if (strcmp(op, "tuple") == 0 || strcmp(op, "opt-barrier") == 0) {
 		const struct value *src =
 		    strcmp(op, "tuple") == 0 ? NULL : &r->vals[in->operands[0]->index];
@@ -427,39 +564,52 @@ static int record(struct runner *r, const struct hlo_instruction *in)
 				return unimplemented(r, in, "an op without a kernel on a tuple");
 		int parts = s->type == HT_TUPLE ? s->n_tuple : 1;
 		pe_tensor **ops = calloc((size_t)in->n_operands + 1, sizeof(*ops));
-		if (ops == NULL ||
+		pe_dtype *types = calloc((size_t)parts + 1, sizeof(*types));
+		const int64_t **dims = calloc((size_t)parts + 1, sizeof(*dims));
+		int *ranks = calloc((size_t)parts + 1, sizeof(int));
+		if (ops == NULL || types == NULL || dims == NULL || ranks == NULL ||
 		    (s->type == HT_TUPLE &&
 		     (v->elems = calloc((size_t)parts + 1, sizeof(*v->elems))) == NULL)) {
 			free(ops);
+			free(types);
+			free(dims);
+			free(ranks);
 			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		}
 		for (int k = 0; k < in->n_operands; k++)
 			ops[k] = arg(r, in, k);
+		int ok = 1;
 		for (int e = 0; e < parts; e++) {
 			const struct hlo_shape *es = s->type == HT_TUPLE ? &s->tuple[e] : s;
 			int et = es->type == HT_TUPLE ? -1 : pe_type(es->type);
-			if (et < 0) {
-				free(ops);
-				return unimplemented(r, in, "a tuple element has no podemu type");
-			}
-			char name[160];
-			snprintf(name, sizeof(name), "%s (%s, line %d)", in->opcode, in->name,
-			         in->line);
-			pe_tensor *t =
-			    pe_opaque(r->c, name, et, es->dims, es->rank, ops, in->n_operands);
-			if (t != NULL && set_layout(r, in, t, es) != ST_OK) {
-				free(ops);
+			ok &= et >= 0;
+			types[e] = (pe_dtype)et;
+			dims[e] = es->dims;
+			ranks[e] = es->rank;
+		}
+		char name[160];
+		snprintf(name, sizeof(name), "%s (%s, line %d)", in->opcode, in->name, in->line);
+		int rv = !ok ? unimplemented(r, in, "a tuple element has no podemu type")
+		         : s->type == HT_TUPLE
+		             ? pe_opaque_tuple(r->c, name, parts, types, dims, ranks, ops,
+		                               in->n_operands, v->elems)
+		             : ((v->t = pe_opaque(r->c, name, types[0], dims[0], ranks[0], ops,
+		                                  in->n_operands)) != NULL
+		                    ? set_layout(r, in, v->t, s)
+		                    : pe_last_code(r->c));
+		free(types);
+		free(dims);
+		free(ranks);
+		if (rv == ST_OK && s->type == HT_TUPLE) {
+			v->n = parts;
+			v->own_elems = true;
+		}
+		if (rv != ST_OK) {
+			free(ops);
+			if (r->st.code != ST_OK)
 				return r->st.code;
-			}
-			if (s->type != HT_TUPLE) {
-				v->t = t;
-			} else if (t != NULL) {
-				v->elems[v->n++] = t;
-			} else {
-				free(ops);
-				return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s",
-				                  in->line, in->name, pe_last_error(r->c));
-			}
+			return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line,
+			                  in->name, pe_last_error(r->c));
 		}
 		free(ops);
 		if (s->type == HT_TUPLE)
@@ -658,6 +808,20 @@ int cmd_run(const struct run_options *o)
 	if (donated == NULL || after == NULL)
 		rv = status_set(&r.st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	int n_after = 0;
+	/* The elements of a while's, call's or conditional's result that are no output. */
+	for (int i = 0; rv == ST_OK && i < c->n_instructions; i++)
+		for (int e = 0; r.vals[i].own_elems && e < r.vals[i].n; e++) {
+			bool kept = false;
+			for (int k = 0; k < n_out; k++)
+				kept |= outs[k] == r.vals[i].elems[e];
+			if (!kept) {
+				for (int j = 0; j < c->n_instructions; j++)
+					if (r.vals[j].t == r.vals[i].elems[e])
+						r.vals[j].t = NULL; /* a get-tuple-element of it */
+				pe_release(r.vals[i].elems[e]);
+				r.vals[i].elems[e] = NULL;
+			}
+		}
 	for (int i = 0; rv == ST_OK && i < c->n_instructions; i++) {
 		pe_tensor *t = r.vals[i].t;
 		bool kept = false;

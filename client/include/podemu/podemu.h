@@ -175,6 +175,10 @@ PE_API pe_tensor *pe_transpose(pe_tensor *a, const int64_t *permutation, int ran
  */
 PE_API pe_tensor *pe_opaque(pe_client *c, const char *name, pe_dtype dtype, const int64_t *dims,
                             int rank, pe_tensor *const *operands, int n_operands);
+/* pe_opaque of a tuple result (XLA's custom-call returning a tuple): its elements to out. */
+PE_API int pe_opaque_tuple(pe_client *c, const char *name, int n_results, const pe_dtype *dtypes,
+                           const int64_t *const *dims, const int *ranks, pe_tensor *const *operands,
+                           int n_operands, pe_tensor **out);
 /* Matrix product of a [m,k] and b [k,n] (XLA dot contracting a's dimension 1 with b's 0). */
 PE_API pe_tensor *pe_dot(pe_tensor *a, pe_tensor *b);
 PE_API pe_tensor *pe_reshape(pe_tensor *a, const int64_t *dims, int rank);
@@ -255,6 +259,41 @@ PE_API int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **
                                     int max);
 /* Collective scratch the last step reserved per core for its k-th collective, in bytes. */
 PE_API int64_t pe_last_step_scratch_bytes(pe_client *c, int k);
+
+/* ---- control flow: computations recorded by functions ---- */
+
+/*
+ * A computation's body: records ops over its n_args parameter tensors and writes n_results
+ * tensors to results; returns PE_OK (else the recording fails with that code). The tensors it
+ * sees and makes belong to the computation: they cannot be used outside it and are freed when
+ * its recording ends; tensors from outside cannot be used inside (pass them in).
+ */
+typedef int (*pe_computation_fn)(pe_tensor *const *args, int n_args, void *ctx, pe_tensor **results,
+                                 int n_results);
+/* A loop condition: a pred[] tensor computed from the state. */
+typedef pe_tensor *(*pe_cond_fn)(pe_tensor *const *state, int n, void *ctx);
+
+/*
+ * torch's while_loop(cond_fn, body_fn, carried_inputs), as XLA's While: the state is init[n]
+ * (one tensor: the state itself; more: a tuple of them); cond and body are called once each,
+ * now, to record their computations (body writes the next state, of the same shapes). The
+ * final state goes to out[n]. known_trip_count (XLA's backend_config; 0 when unknown) is how
+ * often a pod without bytes runs the body, as it cannot evaluate the condition.
+ */
+PE_API int pe_while_loop(pe_tensor *const *init, int n, pe_cond_fn cond, pe_computation_fn body,
+                         void *ctx, int64_t known_trip_count, pe_tensor **out);
+/* XLA's Call: fn over args[n_args] records the callee; its n_out results go to out. */
+PE_API int pe_call(pe_tensor *const *args, int n_args, pe_computation_fn fn, void *ctx,
+                   pe_tensor **out, int n_out);
+/*
+ * XLA's Conditional: index (a pred[]: branch 0 when true, 1 when false; or an s32[]: that
+ * branch, the last when out of range) picks which of n_branches runs; branch k gets its
+ * n_branch_args[k] tensors branch_args[k] (one: itself; more: a tuple of them) and all write
+ * n_out results of the same shapes, which go to out; branches[k] is called with ctxs[k].
+ */
+PE_API int pe_conditional(pe_tensor *index, int n_branches, pe_tensor *const *const *branch_args,
+                          const int *n_branch_args, const pe_computation_fn *branches,
+                          void *const *ctxs, pe_tensor **out, int n_out);
 
 /* ---- execution ---- */
 
