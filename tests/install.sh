@@ -21,6 +21,17 @@ libdir=$(dirname "$(find "$prefix" -name libpodemu.so | head -1)")
 [ -f "$libdir/pkgconfig/podemu.pc" ] || fail "no podemu.pc in $libdir/pkgconfig"
 [ -f "$libdir/cmake/podemu/podemuConfig.cmake" ] || fail "no CMake package in $libdir/cmake"
 
+# A copy built with AddressSanitizer (the sanitizer build) runs in programs built without it
+# only after its runtime, and their own leaks are not the library's.
+asan=$(ldd "$libdir/libpodemu.so" 2>/dev/null | awk '/libasan/ {print $3}')
+run() {
+	if [ -n "$asan" ]; then
+		LD_PRELOAD="$asan" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" "$@"
+	else
+		"$@"
+	fi
+}
+
 # pkg-config, as a Makefile would use it.
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 [ "$(pkg-config --modversion podemu)" = "$(sed -n 's/^project(podemu VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")" ] ||
@@ -48,13 +59,13 @@ pe up --hosts 2 --cores-per-host 2 --hbm 256M --backing host --port 0 >/dev/null
 pgrep -f "^$prefix/bin/podemu-agent" >/dev/null || fail "the pod does not run the installed agent"
 export PODEMU_STATE_DIR="$state"
 for program in "$work/allgather-pc" "$work/cmake/build/allgather-cmake"; do
-	"$program" 64 128 >"$work/out.txt" 2>&1 || fail "$program: $(cat "$work/out.txt")"
+	run "$program" 64 128 >"$work/out.txt" 2>&1 || fail "$program: $(cat "$work/out.txt")"
 	grep -q "x 4 cores along dim 1: every core matches the host" "$work/out.txt" || fail "$program: $(cat "$work/out.txt")"
 done
 # The Python package beside the library loads the installed libpodemu.so.
 pydir=$(dirname "$(find "$prefix" -path '*/dist-packages/podemu/__init__.py' | head -1)")
 [ -d "$pydir" ] || fail "the Python package is not installed"
-PYTHONPATH=$(dirname "$pydir") python3 -c '
+PYTHONPATH=$(dirname "$pydir") run python3 -c '
 import sys, podemu
 assert podemu._lib.lib._name.startswith(sys.argv[1]), podemu._lib.lib._name
 with podemu.Pod() as pod:
