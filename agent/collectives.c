@@ -695,7 +695,7 @@ static void apply_scale(struct run *r, const struct shape *s, double scale)
 int coll_run(struct device *dev, struct step *s, struct core *c, int node, struct status *st)
 {
 	const Podemu__CollectiveSchedule *sched = s->sched[c->local][node];
-	const Podemu__Node *n = s->prog->graph->nodes[node];
+	const Podemu__Node *n = s->node_of[node];
 	if (sched == NULL)
 		return status_set(st, ST_INVALID_ARGUMENT, "%s (node %d): no schedule for core %d",
 		                  n->opcode, node, c->ordinal);
@@ -704,8 +704,8 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	struct run r = {.dev = dev,
 	                .s = s,
 	                .c = c,
-	                .coll = (uint32_t)s->coll_of_node[node],
-	                .in = core_ptr(c, s, n->operands[0]),
+	                .coll = c->collectives_run++,
+	                .in = core_ptr(c, s, step_operand(s, node, 0)),
 	                .out = core_ptr(c, s, node),
 	                .dtype = s->shapes[node].dtype,
 	                .red = reducer_parse(n->reducer)};
@@ -761,7 +761,7 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	free(r.posts);
 	free(r.receives);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	s->micros[c->local * s->num_colls + s->coll_of_node[node]] =
+	s->micros[c->local * s->num_colls + s->coll_of_node[node]] +=
 	    (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
 	if (rv != ST_OK)
 		status_set(st, rv, "%s (node %d, %s) on core %d: %s", n->opcode,
@@ -773,7 +773,7 @@ int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *r
                         const struct dp_header *h, const void *payload, struct status *st)
 {
 	int local = device_local(dev, (int)h->dst_ordinal);
-	if (h->collective >= (uint32_t)s->num_colls)
+	if (h->collective >= s->max_instances)
 		return status_set(st, ST_INVALID_ARGUMENT, "step %llu has no collective %u",
 		                  (unsigned long long)h->step_id, h->collective);
 	if (local < 0 || local >= dev->cores_per_host ||

@@ -70,12 +70,6 @@ static int check_nested(struct device *dev, struct step *s, int id, struct statu
 	enum opcode op = s->ops[id];
 	int comp = s->comp_of[id];
 	int64_t bytes = shape_bytes(&s->shapes[id]);
-	if (opcode_is_collective(op))
-		return status_set(st, ST_UNIMPLEMENTED,
-		                  "%s (node %d) in computation %s: a collective inside a called "
-		                  "computation does not run on the pod yet (podemu compile and "
-		                  "plan_step plan it)",
-		                  NODE_NAME(s, id), id, s->prog->graph->computations[comp]->name);
 	(void)dev;
 	switch (b->kind) {
 	case PODEMU__BUFFER_KIND__BUFFER_CALLER:

@@ -33,6 +33,11 @@ struct core {
 	 */
 	pthread_cond_t cv;
 	uint64_t events;
+	/*
+	 * Collectives this core ran in the running step: chunks name the instance, the same on
+	 * every core as each runs the same program (a collective in a loop runs once per trip).
+	 */
+	uint32_t collectives_run;
 };
 
 /* A device buffer exists on every core of the host (SPMD), at its own offset in each heap. */

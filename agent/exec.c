@@ -181,8 +181,8 @@ static bool layout_fits(const Podemu__BlockLayout *l, int64_t bytes)
 static int check_schedule(struct device *dev, struct step *s, const Podemu__CollectiveSchedule *cs,
                           struct status *st)
 {
-	const Podemu__Node *n = s->prog->graph->nodes[cs->node];
-	int64_t in_bytes = shape_bytes(&s->shapes[n->operands[0]]);
+	const Podemu__Node *n = s->node_of[cs->node];
+	int64_t in_bytes = shape_bytes(&s->shapes[step_operand(s, cs->node, 0)]);
 	int64_t out_bytes = shape_bytes(&s->shapes[cs->node]);
 	for (size_t k = 0; k < cs->n_phases; k++) {
 		const Podemu__CollPhase *ph = cs->phases[k];
@@ -276,6 +276,7 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	s->base_of = arena_calloc(s->arena, n + 1, sizeof(int));
 	s->comp_of = arena_calloc(s->arena, n + 1, sizeof(int));
 	int *first = s->comp_first = graph_first_ids(p->graph, s->arena);
+	bool loops = false;
 	if (!s->node_of || !s->base_of || !s->comp_of || !first)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (size_t i = 0; i < n; i++) {
@@ -284,9 +285,12 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		s->ops[i] = opcode_parse(s->node_of[i]->opcode);
 		if (p->buffers[i] == NULL)
 			return status_set(st, ST_INVALID_ARGUMENT, "node %zu has no buffer", i);
-		if (opcode_is_collective(s->ops[i]) && i < n_entry)
+		if (opcode_is_collective(s->ops[i]))
 			s->coll_of_node[i] = s->num_colls++;
+		/* A collective in a called computation may run any number of times. */
+		loops |= opcode_is_collective(s->ops[i]) && i >= n_entry;
 	}
+	s->max_instances = loops ? UINT32_MAX : (uint32_t)s->num_colls;
 	if ((rv = fusion_check(s->node_of, s->base_of, n, s->shapes, s->ops, p->fused_into,
 	                       p->n_fused_into, st)) != ST_OK)
 		return rv;
@@ -318,7 +322,7 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 		const Podemu__CollectiveSchedule *cs = p->schedules[k];
 		int local = device_local(dev, cs->ordinal);
 		if (local < 0 || local >= dev->cores_per_host || cs->node < 0 ||
-		    (size_t)cs->node >= n_entry || !opcode_is_collective(s->ops[cs->node]))
+		    (size_t)cs->node >= n || !opcode_is_collective(s->ops[cs->node]))
 			return status_set(
 			    st, ST_INVALID_ARGUMENT,
 			    "schedule %zu names core %d / node %d, not a collective of "
@@ -666,6 +670,7 @@ int step_run_nodes(struct device *dev, struct step *s, struct core *c, const str
 static int run_core(struct device *dev, struct step *s, struct core *c, struct status *st)
 {
 	struct frame entry = {.comp = -1};
+	c->collectives_run = 0;
 	return step_run_nodes(dev, s, c, &entry, st);
 }
 

@@ -63,6 +63,7 @@ struct step {
 	const Podemu__CollectiveSchedule ***sched; /* [core][node] */
 	int *coll_of_node;
 	int num_colls;
+	uint32_t max_instances; /* collective instances a chunk may name: more with loops */
 	int timeout_ms;
 	int64_t chunk_bytes;
 	int window;

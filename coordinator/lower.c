@@ -505,19 +505,28 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
                       int host, const char *forced_algorithm, struct status *st)
 {
 	int world = topology_world_size(t), cph = t->cores_per_host;
-	size_t count = 0;
-	for (size_t i = 0; i < g->n_nodes; i++)
-		count += opcode_is_collective(opcode_parse(g->nodes[i]->opcode)) ? (size_t)cph : 0;
+	size_t count = 0, total = graph_total_nodes(g);
+	int *first = graph_first_ids(g, a);
+	if (first == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < total; i++) {
+		int comp;
+		const Podemu__Node *node = graph_node_at(g, first, (int)i, &comp);
+		count += opcode_is_collective(opcode_parse(node->opcode)) ? (size_t)cph : 0;
+	}
 	Podemu__CollectiveSchedule **list = arena_calloc(a, count + 1, sizeof(*list));
 	if (list == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	size_t at = 0;
-	for (size_t i = 0; i < g->n_nodes; i++) {
-		const Podemu__Node *node = g->nodes[i];
+	/* Every collective of the graph, in called computations too (ids across the graph). */
+	for (size_t i = 0; i < total; i++) {
+		int comp;
+		const Podemu__Node *node = graph_node_at(g, first, (int)i, &comp);
 		enum opcode op = opcode_parse(node->opcode);
 		if (!opcode_is_collective(op))
 			continue;
-		const struct shape *in = &shapes[node->operands[0]], *res = &shapes[i];
+		int base = comp < 0 ? 0 : first[comp];
+		const struct shape *in = &shapes[base + node->operands[0]], *res = &shapes[i];
 		struct coll_groups groups = {0};
 		char label[64];
 		snprintf(label, sizeof(label), "%s (node %zu)", node->opcode, i);

@@ -296,6 +296,18 @@ r = json.load(sys.stdin)
 assert r["planned_peak_bytes"] == 2048, r["planned_peak_bytes"]
 for o in r["outputs"]:
     assert abs(o["sum"] - 3 * (math.exp(2) + 2)) < 1e-3, o' || fail "run spaces.hlo"
+# Control flow with real bytes: a loop calling a computation, then a conditional on the trip
+# count; and an all-reduce inside a loop body, run once per trip (figures in the files).
+pe run "$hlo/control.hlo" --fill 2 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+sums = sorted(set((o["output"], o["sum"]) for o in r["outputs"]))
+assert sums == [(0, 4096), (1, 4194304)], sums' || fail "run control.hlo"
+pe run "$hlo/loop-collective.hlo" --fill 1 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert [o["sum"] for o in r["outputs"]] == [524288] * 8, r["outputs"]' ||
+	fail "run loop-collective.hlo"
 fused_run() {
 	pe run "$hlo/fusion.hlo" --fill 2 --json | python3 -c '
 import json, math, sys
