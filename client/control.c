@@ -129,21 +129,8 @@ static int parameter(pe_client *c, int k, const struct shape *sh, pe_tensor **ou
 	if (p == NULL || (p->shape = shape_proto(c, sh)) == NULL)
 		return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	p->parameter_number = k;
-	if (!sh->tuple)
-		return (out[0] = client_node_tensor(c, p)) != NULL ? PE_OK : c->code;
 	int index = client_node_add(c, p);
-	for (int e = 0; index >= 0 && e < n; e++) {
-		Podemu__Node *g = client_node_new(c, OP_GET_TUPLE_ELEMENT);
-		if (g == NULL ||
-		    (g->operands = arena_calloc(c->graph_arena, 1, sizeof(int32_t))) == NULL)
-			return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		g->operands[0] = index;
-		g->n_operands = 1;
-		g->tuple_index = e;
-		if ((out[e] = client_node_tensor(c, g)) == NULL)
-			return c->code;
-	}
-	return index >= 0 ? PE_OK : c->code;
+	return index < 0 ? c->code : client_unpack(c, index, out, n);
 }
 
 /* The node holding values[0..n): the value itself (n == 1), else a tuple of them; or -1. */

@@ -1,5 +1,6 @@
 /* HLO element types and shapes: the sizes, the text form, and reading a shape with its layout. */
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,15 +75,25 @@ int64_t hlo_shape_bytes(const struct hlo_shape *s)
 	return (hlo_shape_elements(s) * bits + 7) / 8;
 }
 
+/* Appends to buf (len bytes) at *at, as far as it fits. */
+static void appendf(char *buf, size_t len, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void appendf(char *buf, size_t len, size_t *at, const char *fmt, ...)
+{
+	if (*at >= len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	*at += (size_t)vsnprintf(buf + *at, len - *at, fmt, ap);
+	va_end(ap);
+}
+
+#define PUT(...) appendf(buf, len, &at, __VA_ARGS__)
+
 char *hlo_shape_format(char *buf, size_t len, const struct hlo_shape *s)
 {
 	size_t at = 0;
 	buf[0] = '\0';
-#define PUT(...)                                                                                   \
-	do {                                                                                       \
-		if (at < len)                                                                      \
-			at += (size_t)snprintf(buf + at, len - at, __VA_ARGS__);                   \
-	} while (0)
 	if (s->type == HT_TUPLE) {
 		PUT("(");
 		for (int i = 0; i < s->n_tuple; i++) {
@@ -98,7 +109,6 @@ char *hlo_shape_format(char *buf, size_t len, const struct hlo_shape *s)
 		PUT("%s%s%lld", i ? "," : "", s->dynamic && s->dynamic[i] ? "<=" : "",
 		    (long long)s->dims[i]);
 	PUT("]");
-#undef PUT
 	return buf;
 }
 
@@ -365,11 +375,6 @@ char *hlo_layout_format(char *buf, size_t len, const struct hlo_shape *s)
 {
 	size_t at = 0;
 	buf[0] = '\0';
-#define PUT(...)                                                                                   \
-	do {                                                                                       \
-		if (at < len)                                                                      \
-			at += (size_t)snprintf(buf + at, len - at, __VA_ARGS__);                   \
-	} while (0)
 	if (!s->has_layout || s->type == HT_TUPLE)
 		return buf;
 	PUT("{");
