@@ -18,4 +18,12 @@ static inline struct timespec clock_deadline_ms(long ms)
 	return ts;
 }
 
+/* A monotonic clock in microseconds, for durations. */
+static inline long long clock_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 #endif

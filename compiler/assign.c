@@ -605,6 +605,8 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	                      : 0;
 	int64_t sent = sent_by(in, size);
 	out->sent_bytes = layout_add(out->sent_bytes, sent);
+	enum opcode op = opcode_parse(in->opcode);
+	out->sent_by_op[op] = layout_add(out->sent_by_op[op], sent);
 	int64_t chunk = reduced < o->chunk_bytes ? reduced : o->chunk_bytes;
 	if (chunk > x->coll_scratch[at]) { /* a merged collective shares one chunk */
 		x->scratch[at] += chunk - x->coll_scratch[at];

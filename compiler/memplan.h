@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "arena.h"
+#include "graph.h"
 #include "hlo.h"
 #include "layout.h"
 #include "strategy.h"
@@ -99,6 +100,7 @@ struct memplan {
 	int *peak_live;       /* buffer indices live at the peak, largest first */
 	int64_t peak_scratch; /* collective scratch at the peak */
 	int64_t sent_bytes;   /* per core, over every collective */
+	int64_t sent_by_op[OP_COUNT]; /* of it, by opcode (graph.h; a loop's collectives once) */
 	enum ag_strategy all_gather;
 	bool no_alias;
 	int n_rewritten; /* all-gathers lowered to an all-reduce (compiler/strategy.c) */

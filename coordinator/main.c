@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "podemu.pb-c.h"
+#include "http.h"
 #include "service.h"
 #include "tls.h"
 #include "token.h"
@@ -51,6 +52,10 @@ static void usage(FILE *f)
 	    "  --tls-cert PATH --tls-key PATH --tls-ca PATH\n"
 	    "                             identity and pod CA for tls+tcp:// (mutual TLS; else\n"
 	    "                             PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
+	    "  --http-listen HOST:PORT    serve /metrics (Prometheus), /api/status and a\n"
+	    "                             dashboard at / (port 0 picks one; off loopback the\n"
+	    "                             token is required as a bearer token)\n"
+	    "  --http-file PATH           write the dashboard's URL here once listening\n"
 	    "  --verbose                  log debug messages\n");
 }
 
@@ -107,12 +112,15 @@ int main(int argc, char **argv)
 	    {"fusion", required_argument, NULL, 'F'},
 	    {"layout", required_argument, NULL, 'L'},
 	    DAEMON_TRUST_LONG_OPTIONS,
+	    {"http-listen", required_argument, NULL, 'P'},
+	    {"http-file", required_argument, NULL, 'U'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
 	};
 	const char *listen_url = "tcp://127.0.0.1:7460", *topology_name = NULL;
 	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
+	const char *http_listen = NULL, *http_file = NULL;
 	const char *combine_text = "30M", *scheduler = "memory-aware", *fusion = "elementwise",
 	           *layout = "tpu";
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
@@ -167,6 +175,12 @@ int main(int argc, char **argv)
 			break;
 		case 'L':
 			layout = optarg;
+			break;
+		case 'P':
+			http_listen = optarg;
+			break;
+		case 'U':
+			http_file = optarg;
 			break;
 		case 'v':
 			level = LOG_DEBUG;
@@ -275,6 +289,21 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	pthread_mutex_init(&co.metrics.lock, NULL);
+	struct http_server *http = NULL;
+	if (http_listen != NULL) {
+		char url[300];
+		if (http_start(&http, &co, http_listen, token, bound, url, sizeof(url), &st) !=
+		    ST_OK) {
+			fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+			rpc_server_stop(server);
+			return 1;
+		}
+		log_info("dashboard and metrics at %s", url);
+		if (http_file != NULL && write_file_atomic(http_file, url) != 0)
+			log_error("cannot write %s", http_file);
+	}
+
 	struct loop_state ls = {.base = event_base_new(), .co = &co};
 	struct event *sigint = evsignal_new(ls.base, SIGINT, on_signal, &ls);
 	struct event *sigterm = evsignal_new(ls.base, SIGTERM, on_signal, &ls);
@@ -289,6 +318,7 @@ int main(int argc, char **argv)
 	event_free(sigterm);
 	event_free(sigint);
 	event_base_free(ls.base);
+	http_stop(http);
 	rpc_server_stop(server);
 	registry_destroy(&co.reg);
 	cache_free(&co.cache);

@@ -10,6 +10,7 @@
 
 #include "arena.h"
 #include "dtype.h"
+#include "graph.h"
 #include "podemu.pb-c.h"
 #include "status.h"
 #include "topology.h"
@@ -45,6 +46,7 @@ struct compiled {
 	/* [n_total]; an output's handle is the index of the output it is (plan_bind). */
 	struct plan plan;
 	int n_combined, n_delayed, n_fused;
+	int64_t sent_by_op[OP_COUNT]; /* bytes each core sends per run, by collective opcode */
 };
 
 /*

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "dispatch.h"
 #include "from_graph.h"
 #include "graph.h"
@@ -111,6 +112,41 @@ static int collect_memory(struct coordinator *co, struct arena *a, struct rpc_cl
 			(*cores)[(*n_cores)++] = r->cores[k];
 	}
 	return ST_OK;
+}
+
+const double metrics_bucket_bounds[METRICS_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                       0.25,  0.5,    1,     2.5,  10,    60};
+
+/* A step that ran (or failed), for /metrics. */
+static void count_step(struct coordinator *co, int rv, double seconds, const int64_t *sent_by_op)
+{
+	struct metrics *m = &co->metrics;
+	pthread_mutex_lock(&m->lock);
+	if (rv != ST_OK) {
+		m->steps_failed++;
+	} else {
+		m->steps_run++;
+		m->latency_count++;
+		m->latency_sum_seconds += seconds;
+		int k = 0;
+		while (k < METRICS_BUCKETS - 1 && seconds > metrics_bucket_bounds[k])
+			k++;
+		if (seconds <= metrics_bucket_bounds[k])
+			m->latency_buckets[k]++;
+		int world = topology_world_size(&co->reg.topo);
+		for (int op = 0; sent_by_op != NULL && op < OP_COUNT; op++)
+			m->sent_bytes[op] += (double)sent_by_op[op] * world;
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+int coordinator_status(struct coordinator *co, struct arena *a, bool memory, Podemu__PodStatus *out)
+{
+	Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
+	req.memory = memory;
+	struct status st;
+	podemu__pod_status__init(out);
+	return coordinator_handlers[CM_GET_STATUS](co, a, &req, out, &st);
 }
 
 static int h_get_status(void *state, struct arena *a, const void *request, void *reply,
@@ -336,7 +372,7 @@ static int mark_donors(Podemu__Graph *g, const Podemu__StepRequest *req, struct 
  */
 static int execute_locked(struct coordinator *co, struct arena *a, const Podemu__StepRequest *req,
                           Podemu__StepReply *rep, struct rpc_client **clients, char **data_urls,
-                          bool *ran, struct status *st)
+                          bool *ran, int64_t *sent_by_op, struct status *st)
 {
 	const struct topology *t = &co->reg.topo;
 	int hosts = t->num_hosts, world = topology_world_size(t);
@@ -514,6 +550,8 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		release_everywhere(co, a, clients, out_handles, g->n_outputs, failed);
 		return rv;
 	}
+	if (sent_by_op != NULL)
+		memcpy(sent_by_op, prog_c.sent_by_op, sizeof(prog_c.sent_by_op));
 	rep->step_id = step_id;
 	rep->output_handles = out_handles;
 	rep->n_output_handles = g->n_outputs;
@@ -563,15 +601,18 @@ static int h_execute_step(void *state, struct arena *a, const void *request, voi
 	bool ran = false;
 	if (req->compile_only) { /* nothing is dispatched, so the pod need not be ready */
 		pthread_mutex_lock(&co->step_lock);
-		int rv = execute_locked(co, a, req, reply, NULL, NULL, &ran, st);
+		int rv = execute_locked(co, a, req, reply, NULL, NULL, &ran, NULL, st);
 		pthread_mutex_unlock(&co->step_lock);
 		return rv;
 	}
 	pthread_mutex_lock(&co->step_lock);
+	long long t0 = clock_now_us();
 	int rv = snapshot_hosts(co, a, &clients, &data_urls, st);
 	bool ready = rv == ST_OK;
+	int64_t sent_by_op[OP_COUNT] = {0};
 	if (ready)
-		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, st);
+		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, sent_by_op, st);
+	count_step(co, rv, (double)(clock_now_us() - t0) / 1e6, sent_by_op);
 	/* What the client released is gone whether or not the step worked. */
 	if (req->n_release_after > 0) {
 		if (ready && !ran)

@@ -7,9 +7,24 @@
 #include <stdint.h>
 
 #include "cache.h"
+#include "graph.h"
 #include "registry.h"
 #include "rpc.h"
 #include "schedule.h"
+
+/* Step latency histogram buckets (seconds, upper bounds), as Prometheus wants them. */
+#define METRICS_BUCKETS 13
+extern const double metrics_bucket_bounds[METRICS_BUCKETS];
+
+/* What /metrics reports besides memory: steps, their latency, collective bytes. */
+struct metrics {
+	pthread_mutex_t lock;
+	uint64_t steps_run, steps_failed;
+	uint64_t latency_count;
+	double latency_sum_seconds;
+	uint64_t latency_buckets[METRICS_BUCKETS]; /* not cumulative: in (bound[k-1], bound[k]] */
+	double sent_bytes[OP_COUNT];               /* over every core, by collective opcode */
+};
 
 struct coordinator {
 	struct registry reg;
@@ -25,7 +40,15 @@ struct coordinator {
 	bool fusion;                      /* elementwise fusion */
 	bool tiled;                       /* heaps charge TPU-tiled sizes (--layout tpu) */
 	struct program_cache cache;       /* compiled programs, under step_lock */
+	struct metrics metrics;
 };
+
+/*
+ * The pod's status as GetStatus answers it (memory too when asked), from a: for the HTTP
+ * server. ST_OK always, the reply saying what is missing.
+ */
+int coordinator_status(struct coordinator *co, struct arena *a, bool memory,
+                       Podemu__PodStatus *out);
 
 /* Handlers indexed by enum coordinator_method, with a struct coordinator as state. */
 extern const rpc_handler coordinator_handlers[];

@@ -11,6 +11,8 @@ packages=(
 	python3 iproute2 procps openssl clang libclang-rt-14-dev
 	# the Python package's tests
 	python3-numpy python3-pytest
+	# the metrics and dashboard test: a Prometheus server (and promtool), headless Chromium
+	prometheus chromium
 )
 
 missing=()

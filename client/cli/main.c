@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "arena.h"
+#include "podjson.h"
 #include "bench.h"
 #include "compile.h"
 #include "memplan.h"
@@ -37,6 +38,8 @@ static void usage(FILE *f)
 	    "          --fusion elementwise|none (default elementwise)\n"
 	    "          --layout tpu|none (default tpu: heaps charge each buffer its TPU-tiled "
 	    "size)\n"
+	    "          --http-port N (Prometheus /metrics, /api/status and a dashboard on\n"
+	    "          127.0.0.1:N; 0 picks a port, podemu status says which)\n"
 	    "          --tls (mutual TLS on every socket; certificate, key and pod CA from\n"
 	    "          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
 	    "          --bind-to cpu|none (default cpu: with several agents, each runs on its\n"
@@ -103,6 +106,7 @@ enum {
 	OPT_AXIS,
 	OPT_CHECK,
 	OPT_LAYOUT,
+	OPT_HTTP_PORT,
 	OPT_AG_STRATEGY,
 	OPT_NO_ALIAS,
 	OPT_COMBINE,
@@ -163,6 +167,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"axis", required_argument, NULL, OPT_AXIS},
 	    {"check", no_argument, NULL, OPT_CHECK},
 	    {"layout", required_argument, NULL, OPT_LAYOUT},
+	    {"http-port", required_argument, NULL, OPT_HTTP_PORT},
 	    {"all-gather-strategy", required_argument, NULL, OPT_AG_STRATEGY},
 	    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
 	    {"combine-threshold-bytes", required_argument, NULL, OPT_COMBINE},
@@ -283,6 +288,14 @@ static int parse(struct cli *o, int argc, char **argv)
 		case OPT_CHECK:
 			o->bench.check = 1;
 			break;
+		case OPT_HTTP_PORT:
+			if (strtol(optarg, &end, 10) < 0 || *end != '\0' ||
+			    strtol(optarg, NULL, 10) > 65535) {
+				fprintf(stderr, "podemu: --http-port must be in [0, 65535]\n");
+				return -1;
+			}
+			o->up.http_port = optarg;
+			break;
 		case OPT_LAYOUT:
 			o->layout = optarg;
 			o->up.layout = optarg;
@@ -340,22 +353,6 @@ static int parse(struct cli *o, int argc, char **argv)
 	return 0;
 }
 
-/* Prints a JSON string literal. */
-static void json_string(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
 static int cmd_status(const struct cli *o)
 {
 	char url[512];
@@ -380,7 +377,7 @@ static int cmd_status(const struct cli *o)
 			printf("{\"ready\": false, \"error\": ");
 			char msg[STATUS_MESSAGE_MAX + 64];
 			snprintf(msg, sizeof(msg), "%s: %s", status_code_name(rv), st.message);
-			json_string(msg);
+			json_string(stdout, msg);
 			printf("}\n");
 		} else {
 			fprintf(stderr, "podemu status: no pod at %s: %s: %s\n", url,
@@ -391,42 +388,19 @@ static int cmd_status(const struct cli *o)
 	}
 	Podemu__PodStatus *ps = reply;
 	if (o->json) {
-		printf("{\"ready\": %s, \"topology\": ", ps->ready ? "true" : "false");
-		json_string(ps->topology);
-		printf(", \"world_size\": %d, \"num_hosts\": %d, \"cores_per_host\": %d, "
-		       "\"coordinator\": ",
-		       ps->world_size, ps->num_hosts, ps->cores_per_host);
-		json_string(url);
-		printf(", \"hosts\": [");
-		for (size_t i = 0; i < ps->n_hosts; i++) {
-			const Podemu__HostInfo *h = ps->hosts[i];
-			printf("%s{\"index\": %d, \"alive\": %s, \"pid\": %d, \"backing\": ",
-			       i ? ", " : "", h->index, h->alive ? "true" : "false", h->pid);
-			json_string(h->backing);
-			printf(", \"control_url\": ");
-			json_string(h->control_url);
-			printf(", \"data_url\": ");
-			json_string(h->data_url);
-			printf(", \"rss_bytes\": %lld, \"accounted_bytes\": %lld}",
-			       (long long)h->rss_bytes, (long long)h->accounted_bytes);
-		}
-		printf("], \"cores\": [");
-		for (size_t i = 0; i < ps->n_cores; i++) {
-			const Podemu__CoreMemory *m = ps->cores[i];
-			printf("%s{\"ordinal\": %d, \"host\": %d, \"bytes_limit\": %lld, "
-			       "\"bytes_used\": %lld, \"peak_bytes_used\": %lld, \"num_allocs\": "
-			       "%lld, \"bytes_reservable_limit\": %lld, "
-			       "\"largest_free_block_bytes\": %lld}",
-			       i ? ", " : "", m->ordinal, m->host, (long long)m->bytes_limit,
-			       (long long)m->bytes_in_use, (long long)m->peak_bytes_in_use,
-			       (long long)m->num_allocs, (long long)m->bytes_reservable_limit,
-			       (long long)m->largest_free_block_bytes);
-		}
-		printf("]}\n");
+		pod_status_json(stdout, ps, url);
 	} else {
 		printf("pod %s: %s, %d hosts x %d cores (world size %d), coordinator %s\n",
 		       ps->topology, ps->ready ? "ready" : "NOT READY", ps->num_hosts,
 		       ps->cores_per_host, ps->world_size, url);
+		char http_path[PATH_MAX], http[256] = "";
+		snprintf(http_path, sizeof(http_path), "%s/http.url", o->state_dir);
+		FILE *hf = fopen(http_path, "r");
+		if (hf != NULL && fgets(http, sizeof(http), hf) != NULL)
+			printf("  dashboard %.*s (metrics at /metrics)\n", (int)strcspn(http, "\n"),
+			       http);
+		if (hf != NULL)
+			fclose(hf);
 		for (size_t i = 0; i < ps->n_hosts; i++) {
 			const Podemu__HostInfo *h = ps->hosts[i];
 			printf("  host %d: %s pid %d backing %s data %s rss %lld accounted %lld\n",
@@ -506,7 +480,7 @@ static int cmd_demo(const struct cli *o)
 	if (o->json) {
 		printf("{\"world_size\": %d, \"elements\": %lld, \"topology\": ", world,
 		       (long long)n);
-		json_string(pe_topology(c));
+		json_string(stdout, pe_topology(c));
 		printf(", \"cores\": [");
 		for (int r = 0; r < world; r++) {
 			printf("%s{\"ordinal\": %d, \"sum\": ", r ? ", " : "", mem[r].ordinal);

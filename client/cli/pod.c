@@ -292,6 +292,15 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 			argv[argc++] = (char *)passed[k].flag;
 			argv[argc++] = (char *)passed[k].value;
 		}
+	char http_listen[64], http_file[PATH_MAX];
+	if (o->http_port != NULL) {
+		snprintf(http_listen, sizeof(http_listen), "127.0.0.1:%s", o->http_port);
+		snprintf(http_file, sizeof(http_file), "%s/http.url", pf->dir);
+		argv[argc++] = "--http-listen";
+		argv[argc++] = http_listen;
+		argv[argc++] = "--http-file";
+		argv[argc++] = http_file;
+	}
 	argv[argc] = NULL;
 	if (pf->saved_args == 0) {
 		/* A fresh pod: remember its shape for restarts. */

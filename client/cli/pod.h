@@ -20,9 +20,10 @@ struct up_options {
 	const char *combine_threshold; /* the coordinator's passes */
 	const char *scheduler;
 	const char *fusion;
-	const char *layout;  /* tpu or none: the size each buffer is charged */
-	int tls;             /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
-	const char *bind_to; /* "cpu": each agent on its own CPUs (see cpus_for_agent), "none" */
+	const char *layout;    /* tpu or none: the size each buffer is charged */
+	int tls;               /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
+	const char *bind_to;   /* "cpu": each agent on its own CPUs (see cpus_for_agent), "none" */
+	const char *http_port; /* the coordinator serves metrics and a dashboard on loopback */
 };
 
 /* Starts coordinator and agents, waits until the pod is ready; returns a process exit code. */
