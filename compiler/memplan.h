@@ -97,9 +97,9 @@ struct memplan {
 	int n_instructions;
 	int64_t *live; /* [n_instructions]: live bytes (scratch included) at each instruction */
 	int n_peak_live;
-	int *peak_live;       /* buffer indices live at the peak, largest first */
-	int64_t peak_scratch; /* collective scratch at the peak */
-	int64_t sent_bytes;   /* per core, over every collective */
+	int *peak_live;               /* buffer indices live at the peak, largest first */
+	int64_t peak_scratch;         /* collective scratch at the peak */
+	int64_t sent_bytes;           /* per core, over every collective */
 	int64_t sent_by_op[OP_COUNT]; /* of it, by opcode (graph.h; a loop's collectives once) */
 	enum ag_strategy all_gather;
 	bool no_alias;
