@@ -365,4 +365,14 @@ for c in d["cores"]:
     assert c["bytes_used"] == n * 4 * 128, c
 PY
 pe down >/dev/null
+
+# Progress on a terminal only: through a pseudo-terminal podemu up shows hosts registering,
+# through a pipe only its result.
+out=$(script -qec "$bin/podemu up --state-dir $state --topology v3-32 --backing none --port 0" \
+	/dev/null)
+grep -q "podemu up: 4 of 4 hosts registered" <<<"$out" || fail "no progress on a terminal: $out"
+pe down >/dev/null
+pe up --topology v3-32 --backing none --port 0 2>"$state/up.err" >/dev/null
+if grep -q "registered" "$state/up.err"; then fail "progress through a pipe"; fi
+pe down >/dev/null
 echo "it_cli: all checks passed"

@@ -4,6 +4,7 @@
  * core's result compared with an independent host computation.
  */
 #include "bench.h"
+#include "progress.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -308,13 +309,25 @@ int bench_run(pe_client *c, const struct bench_options *o)
 	} else {
 		printf("{\"world_size\": %d, \"group_size\": %d, \"rows\": [", world, mg.n);
 	}
-	int first = 1, rc = 0;
+	int first = 1, rc = 0, rows = 0, done = 0;
+	for (int k = 0; k < B_COUNT; k++)
+		for (int64_t bytes = o->min_bytes; enabled[k] && bytes <= o->max_bytes;
+		     bytes *= o->factor) {
+			rows++;
+			if (o->factor < 2)
+				break;
+		}
+	progress_enable(o->json);
 	for (int k = 0; k < B_COUNT; k++) {
 		if (!enabled[k])
 			continue;
 		for (int64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= o->factor) {
 			struct row row;
-			if (run_one(c, o, t, (enum bench_op)k, bytes, g, &mg, &row) != 0) {
+			progress_show("podemu bench: row %d of %d (%s, %lld bytes)", ++done, rows,
+			              op_names[k], (long long)bytes);
+			int failed = run_one(c, o, t, (enum bench_op)k, bytes, g, &mg, &row);
+			progress_clear();
+			if (failed != 0) {
 				rc = 1;
 				break;
 			}

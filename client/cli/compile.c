@@ -7,6 +7,7 @@
 #include "hlo.h"
 #include "memplan.h"
 #include "pipeline.h"
+#include "progress.h"
 
 /* HLO text larger than this is refused (a 10,000-instruction module is about 1 MiB). */
 #define MAX_HLO_BYTES (256 << 20)
@@ -63,8 +64,14 @@ int cmd_compile(const struct compile_options *o, const struct topology *topo)
 	                             .combine_threshold_bytes = o->combine_threshold_bytes,
 	                             .no_fusion = o->no_fusion,
 	                             .recorded_order = o->recorded_order};
+	/* A big module takes a moment: say what is going on (on a terminal only). */
+	progress_enable(o->json);
+	if (rv == ST_OK && len > (4u << 20))
+		progress_show("podemu compile: reading and planning %s (%.1f MiB)...", o->file,
+		              (double)len / (1 << 20));
 	if (rv == ST_OK)
 		rv = compile_module(&plan, &m, text, len, o->file, topo, &mo, a, &st);
+	progress_clear();
 	int code = rv == ST_OK ? (plan.fits ? 0 : 1) : 2;
 	for (int k = 0; rv == ST_OK && !o->json && k < plan.n_warnings; k++)
 		fprintf(stderr, "podemu compile: warning: %s: line %d: %s\n", o->file,

@@ -1,4 +1,5 @@
 #include "pod.h"
+#include "progress.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -170,8 +171,10 @@ static int wait_ready(const char *url, const char *token, const pid_t *started, 
 				}
 				snprintf(why, why_len, "%d of %d hosts registered", alive,
 				         ps->num_hosts);
+				progress_show("podemu up: %s", why);
 				arena_free(a);
 				if (ready) {
+					progress_clear();
 					rpc_client_close(c);
 					return 0;
 				}
@@ -182,6 +185,7 @@ static int wait_ready(const char *url, const char *token, const pid_t *started, 
 		}
 		sleep_ms(100);
 	}
+	progress_clear();
 	rpc_client_close(c);
 	return -1;
 }
@@ -557,6 +561,7 @@ int pod_up(const struct up_options *o)
 		started += got;
 	}
 	char why[512] = "no answer";
+	progress_enable(false);
 	rv = wait_ready(url, pf.token, agent_pids, num_hosts, deadline, why, sizeof(why));
 	free(agent_pids);
 	if (rv != 0) {
