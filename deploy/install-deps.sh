@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Installs what podemu needs to build and test on Debian 12, idempotently: packages already
 # present are not touched and apt is only called when something is missing.
+# Usage: install-deps.sh [--build]
 set -euo pipefail
 
+# --build: only what building needs (an image's build stage); else the tests' tools too.
 packages=(
-	gcc make cmake pkg-config
+	gcc libc6-dev make cmake pkg-config
 	libprotobuf-c-dev protobuf-c-compiler
 	libnng-dev libevent-dev libcmocka-dev
-	# tests: JSON checks in the CLI tests, network namespaces for multi-host tests, libFuzzer
-	python3 iproute2 procps openssl clang libclang-rt-14-dev
-	# the Python package's tests
-	python3-numpy python3-pytest
-	# the metrics and dashboard test: a Prometheus server (and promtool), headless Chromium
-	prometheus chromium
 )
+if [ "${1:-}" != "--build" ]; then
+	packages+=(
+		# JSON checks in the CLI tests, network namespaces for multi-host tests, libFuzzer
+		python3 iproute2 procps openssl clang libclang-rt-14-dev bsdutils
+		# the Python package's tests
+		python3-numpy python3-pytest python3-yaml
+		# the metrics and dashboard test: a Prometheus server (and promtool), headless Chromium
+		prometheus chromium
+		# the image test: podman (chroot isolation, no daemon) and a Debian 12 base from debootstrap
+		podman debootstrap
+	)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
