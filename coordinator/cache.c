@@ -104,9 +104,12 @@ void cache_store(struct program_cache *c, const uint8_t *key, size_t len, uint64
 	dst->order = copy_ints(a, compiled->order, n);
 	dst->fused_into = copy_ints(a, compiled->fused_into, total);
 	dst->computation_order = copy_ints(a, compiled->computation_order, total - n);
+	dst->live = arena_calloc(a, (size_t)compiled->n_live + 1, sizeof(int64_t));
+	if (dst->live != NULL && compiled->live != NULL)
+		memcpy(dst->live, compiled->live, (size_t)compiled->n_live * sizeof(int64_t));
 	dst->plan.buffers = arena_calloc(a, (size_t)total + 1, sizeof(*dst->plan.buffers));
-	bool ok = victim->key && dst->plan.buffers && (!compiled->order || dst->order) &&
-	          (!compiled->fused_into || dst->fused_into) &&
+	bool ok = victim->key && dst->plan.buffers && dst->live &&
+	          (!compiled->order || dst->order) && (!compiled->fused_into || dst->fused_into) &&
 	          (!compiled->computation_order || dst->computation_order);
 	for (int i = 0; ok && i < total; i++)
 		ok = (dst->plan.buffers[i] = copy_assignment(a, compiled->plan.buffers[i])) != NULL;

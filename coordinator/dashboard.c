@@ -1,7 +1,8 @@
 /*
  * The dashboard the coordinator serves at / (plain HTML, CSS and JS; no build step): the pod's
- * hosts and cores, each core's HBM as a bar (in use, peak, reserved, of the limit), and the
- * steps run and failed, refreshed from /api/status and /metrics every two seconds. Every number
+ * hosts and cores, each core's HBM as a bar (in use, peak, reserved, of the limit), the steps
+ * run and failed, and the last step's planned bytes live over its schedule, refreshed from
+ * /api/status, /metrics and /api/timeline every two seconds. Every number
  * sits in an element with a data-field attribute, so that a test can read the rendered page.
  */
 #include "http.h"
@@ -31,6 +32,11 @@ const char dashboard_html[] =
     "<h2>Hosts</h2><table><thead><tr><th>host</th><th>state</th><th>pid</th>"
     "<th>backing</th><th>agent RSS</th><th>accounted</th></tr></thead>"
     "<tbody id=\"hosts\"></tbody></table>\n"
+    "<h2>Last step: bytes live per core over its schedule (planned, as run)</h2>\n"
+    "<div class=\"sub\">step <span data-field=\"timeline_step\">-</span>, peak "
+    "<b data-field=\"timeline_peak\">-</b> of <span data-field=\"timeline_limit\">-</span>"
+    "</div>\n"
+    "<svg id=\"timeline\" width=\"1000\" height=\"160\" style=\"background:#fff\"></svg>\n"
     "<h2>Cores (HBM)</h2><table><thead><tr><th>core</th><th>host</th><th>in use</th>"
     "<th>peak</th><th>reserved</th><th>limit</th><th></th></tr></thead>"
     "<tbody id=\"cores\"></tbody></table>\n"
@@ -68,6 +74,15 @@ const char dashboard_html[] =
     "set('steps_failed_total',get('podemu_steps_failed_total'));\n"
     "  const n=get('podemu_step_duration_seconds_count');"
     "set('step_mean_ms',n?(1000*get('podemu_step_duration_seconds_sum')/n).toFixed(1):'-');\n"
+    "  const t=await (await fetch('/api/timeline')).json();\n"
+    "  const lim=(s.cores[0]||{}).bytes_limit||1,W=1000,H=160,len=t.live_bytes.length;\n"
+    "  set('timeline_step',t.step);set('timeline_peak',human(t.peak_bytes));"
+    "set('timeline_limit',human(lim));\n"
+    "  const top=Math.max(t.peak_bytes,1),x=k=>len>1?W*k/(len-1):0,y=v=>H-4-(H-8)*v/top;\n"
+    "  document.getElementById('timeline').innerHTML=len?'<polyline fill=\"none\" "
+    "stroke=\"#2f7de1\" stroke-width=\"2\" points=\"'+t.live_bytes.map((v,k)=>"
+    "x(k).toFixed(1)+','+y(v).toFixed(1)).join(' ')+'\"/>'+'<text x=\"4\" y=\"14\" "
+    "font-size=\"12\">'+human(top)+'</text>':'<text x=\"4\" y=\"20\">no step yet</text>';\n"
     "  document.body.dataset.loaded='1';\n"
     " }catch(e){set('ready','coordinator unreachable: '+e)}\n"
     "}\n"

@@ -1,6 +1,7 @@
 /*
  * The coordinator's HTTP side, on a thread of its own (libevent's evhttp): /metrics in
- * Prometheus' text format, /api/status (the status JSON of `podemu status --json`) and / (the
+ * Prometheus' text format, /api/status (the status JSON of `podemu status --json`),
+ * /api/timeline (the last step's planned bytes live per core over its schedule) and / (the
  * dashboard, coordinator/dashboard.c). Off loopback every request must carry the pod's token
  * as a bearer token.
  */
@@ -125,6 +126,31 @@ static void reply_text(struct evhttp_request *req, int code, const char *type, c
 	evbuffer_free(b);
 }
 
+/* The last step's planned bytes live per core over its schedule, as JSON. */
+static void reply_timeline(struct http_server *h, struct evhttp_request *req)
+{
+	char *body = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&body, &len);
+	if (f == NULL) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	struct metrics *m = &h->co->metrics;
+	pthread_mutex_lock(&m->lock);
+	int64_t peak = 0;
+	fprintf(f, "{\"step\": %llu, \"live_bytes\": [", (unsigned long long)m->last_step);
+	for (int k = 0; k < m->n_last_live; k++) {
+		fprintf(f, "%s%lld", k ? ", " : "", (long long)m->last_live[k]);
+		peak = m->last_live[k] > peak ? m->last_live[k] : peak;
+	}
+	fprintf(f, "], \"peak_bytes\": %lld}\n", (long long)peak);
+	pthread_mutex_unlock(&m->lock);
+	fclose(f);
+	reply_text(req, 200, "application/json", body, len);
+	free(body);
+}
+
 static bool authorized(struct http_server *h, struct evhttp_request *req)
 {
 	if (h->loopback)
@@ -156,6 +182,10 @@ static void on_request(struct evhttp_request *req, void *arg)
 		return;
 	}
 	bool metrics = strcmp(path, "/metrics") == 0;
+	if (strcmp(path, "/api/timeline") == 0) {
+		reply_timeline(h, req);
+		return;
+	}
 	if (!metrics && strcmp(path, "/api/status") != 0) {
 		reply_text(req, 404, "text/plain", "not found\n", 10);
 		return;

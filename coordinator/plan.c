@@ -295,6 +295,8 @@ int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
 		}
 	}
 	memcpy(out->sent_by_op, mp.sent_by_op, sizeof(out->sent_by_op));
+	out->live = mp.live;
+	out->n_live = mp.n_instructions;
 	out->n_combined = mp.n_combined;
 	out->n_delayed = mp.n_delayed;
 	out->n_fused = mp.n_fused;

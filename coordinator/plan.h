@@ -47,6 +47,8 @@ struct compiled {
 	struct plan plan;
 	int n_combined, n_delayed, n_fused;
 	int64_t sent_by_op[OP_COUNT]; /* bytes each core sends per run, by collective opcode */
+	int64_t *live;                /* bytes live per core at each place of the schedule */
+	int n_live;
 };
 
 /*

@@ -118,7 +118,7 @@ const double metrics_bucket_bounds[METRICS_BUCKETS] = {0.001, 0.0025, 0.005, 0.0
                                                        0.25,  0.5,    1,     2.5,  10,    60};
 
 /* A step that ran (or failed), for /metrics. */
-static void count_step(struct coordinator *co, int rv, double seconds, const int64_t *sent_by_op)
+static void count_step(struct coordinator *co, int rv, double seconds, const struct step_report *r)
 {
 	struct metrics *m = &co->metrics;
 	pthread_mutex_lock(&m->lock);
@@ -134,8 +134,17 @@ static void count_step(struct coordinator *co, int rv, double seconds, const int
 		if (seconds <= metrics_bucket_bounds[k])
 			m->latency_buckets[k]++;
 		int world = topology_world_size(&co->reg.topo);
-		for (int op = 0; sent_by_op != NULL && op < OP_COUNT; op++)
-			m->sent_bytes[op] += (double)sent_by_op[op] * world;
+		for (int op = 0; op < OP_COUNT; op++)
+			m->sent_bytes[op] += (double)r->sent_by_op[op] * world;
+		int64_t *live = malloc(((size_t)r->n_live + 1) * sizeof(int64_t));
+		if (live != NULL) {
+			if (r->n_live > 0)
+				memcpy(live, r->live, (size_t)r->n_live * sizeof(int64_t));
+			free(m->last_live);
+			m->last_live = live;
+			m->n_last_live = r->n_live;
+			m->last_step = r->step_id;
+		}
 	}
 	pthread_mutex_unlock(&m->lock);
 }
@@ -372,7 +381,7 @@ static int mark_donors(Podemu__Graph *g, const Podemu__StepRequest *req, struct 
  */
 static int execute_locked(struct coordinator *co, struct arena *a, const Podemu__StepRequest *req,
                           Podemu__StepReply *rep, struct rpc_client **clients, char **data_urls,
-                          bool *ran, int64_t *sent_by_op, struct status *st)
+                          bool *ran, struct step_report *report, struct status *st)
 {
 	const struct topology *t = &co->reg.topo;
 	int hosts = t->num_hosts, world = topology_world_size(t);
@@ -550,8 +559,12 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		release_everywhere(co, a, clients, out_handles, g->n_outputs, failed);
 		return rv;
 	}
-	if (sent_by_op != NULL)
-		memcpy(sent_by_op, prog_c.sent_by_op, sizeof(prog_c.sent_by_op));
+	if (report != NULL) {
+		report->step_id = step_id;
+		memcpy(report->sent_by_op, prog_c.sent_by_op, sizeof(prog_c.sent_by_op));
+		report->live = prog_c.live;
+		report->n_live = prog_c.n_live;
+	}
 	rep->step_id = step_id;
 	rep->output_handles = out_handles;
 	rep->n_output_handles = g->n_outputs;
@@ -609,10 +622,10 @@ static int h_execute_step(void *state, struct arena *a, const void *request, voi
 	long long t0 = clock_now_us();
 	int rv = snapshot_hosts(co, a, &clients, &data_urls, st);
 	bool ready = rv == ST_OK;
-	int64_t sent_by_op[OP_COUNT] = {0};
+	struct step_report report = {0};
 	if (ready)
-		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, sent_by_op, st);
-	count_step(co, rv, (double)(clock_now_us() - t0) / 1e6, sent_by_op);
+		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, &report, st);
+	count_step(co, rv, (double)(clock_now_us() - t0) / 1e6, &report);
 	/* What the client released is gone whether or not the step worked. */
 	if (req->n_release_after > 0) {
 		if (ready && !ran)

@@ -24,6 +24,18 @@ struct metrics {
 	double latency_sum_seconds;
 	uint64_t latency_buckets[METRICS_BUCKETS]; /* not cumulative: in (bound[k-1], bound[k]] */
 	double sent_bytes[OP_COUNT];               /* over every core, by collective opcode */
+	/* The last step that ran: its id and the planned bytes live per core over its schedule. */
+	uint64_t last_step;
+	int64_t *last_live; /* malloc'd */
+	int n_last_live;
+};
+
+/* What a step that ran leaves for the metrics. */
+struct step_report {
+	uint64_t step_id;
+	int64_t sent_by_op[OP_COUNT];
+	const int64_t *live;
+	int n_live;
 };
 
 struct coordinator {

@@ -114,6 +114,13 @@ for c in status["cores"]:
         v = re.search(r'data-field="%s" data-value="(\d+)"' % field, row.group(1))
         assert v and int(v.group(1)) == c[field], (field, c)
 assert re.search(r'data-field="steps_total">[1-9]', dom), "no steps shown"
+assert "<polyline" in dom, "no timeline of the last step"
+PY
+timeline=$(get "${url}api/timeline")
+python3 - "$timeline" <<'PY' || fail "/api/timeline: $timeline"
+import json, sys
+t = json.loads(sys.argv[1])
+assert t["step"] > 0 and t["live_bytes"] and t["peak_bytes"] == max(t["live_bytes"]) >= 1 << 20, t
 PY
 if [ -n "$shot" ]; then
 	"${chrome[@]}" --window-size=1100,700 --screenshot="$shot" "$url" >/dev/null 2>&1 ||
