@@ -105,3 +105,29 @@ def test_compile_hlo():
     with pytest.raises(podemu.PodemuError) as e:
         podemu.compile_hlo(os.path.join(HLO, "bad-groups.hlo"))
     assert e.value.code == "INVALID_ARGUMENT" and "Replica 3 is repeated" in e.value.message
+
+
+def test_control_flow(pod):
+    """while_loop, call and conditional record computations from Python functions."""
+    x0 = pod.iota([8])
+    i0 = pod.full([], 0, dtype="s32")
+    x, i = pod.while_loop(lambda x, i: i.compare(pod.full([], 3, dtype="s32"), "LT"),
+                          lambda x, i: (x * 2.0, i + pod.full([], 1, dtype="s32")),
+                          [x0, i0], known_trip_count=3)
+    (neg,) = pod.call(lambda v: -v, [x])
+    first = pod.replica_id().compare(pod.full([], 1, dtype="u32"), "LT")
+    (picked,) = pod.conditional(first, [(lambda v: v * 10.0, [x]), (lambda v: -v, [x])])
+    pod.mark_step()
+    for core in range(pod.world_size):
+        np.testing.assert_array_equal(x.fetch(core), 8.0 * np.arange(8))
+        assert i.fetch(core) == 3
+        np.testing.assert_array_equal(neg.fetch(core), -8.0 * np.arange(8))
+        want = 80.0 * np.arange(8) if core == 0 else -8.0 * np.arange(8)
+        np.testing.assert_array_equal(picked.fetch(core), want)
+    # A tensor from outside a computation is refused, with the library's words.
+    with pytest.raises(podemu.PodemuError) as e:
+        pod.while_loop(lambda x, i: i.compare(i, "LT"), lambda x, i: (x0, i), [x0, i0])
+    assert "outside the computation" in e.value.message
+    # An exception in a function comes back as itself.
+    with pytest.raises(ZeroDivisionError):
+        pod.call(lambda v: 1 / 0, [x])

@@ -114,6 +114,7 @@ class Pod:
         if rv != 0:
             raise PodemuError(rv, lib.pe_connect_error().decode())
         self._ptr = ptr.value
+        self._recordings = []  # the tensors made inside each computation being recorded
 
     # ---- the connection ----
     def close(self):
@@ -144,10 +145,94 @@ class Pod:
         if rv != 0:
             raise self._error()
 
-    def _tensor(self, ptr):
+    def _tensor(self, ptr, owned=True):
         if not ptr:
             raise self._error()
-        return Tensor(self, ptr)
+        t = Tensor(self, ptr, owned and not self._recordings)
+        if self._recordings:
+            self._recordings[-1].append(t)
+        return t
+
+    # ---- control flow ----
+    def _record(self, fn, errors, results_wanted):
+        """A C callback recording computation fn over its parameter tensors."""
+        def callback(args, n, ctx, results, n_results):
+            try:
+                values = fn(*[self._tensor(args[k], owned=False) for k in range(n)])
+                values = list(values) if isinstance(values, (list, tuple)) else [values]
+                if len(values) != n_results:
+                    raise ValueError(f"returned {len(values)} tensors, not {n_results}")
+                for k, v in enumerate(values):
+                    results[k] = v._ptr
+                return 0
+            except BaseException as e:  # raised again once the library returns
+                errors.append(e)
+                return 3
+        return _lib.COMPUTATION_FN(callback)
+
+    def _run_recording(self, call, errors):
+        self._recordings.append([])
+        try:
+            rv = call()
+        finally:
+            for t in self._recordings.pop():
+                t._ptr = None  # freed with the computation it was made in
+        if errors:
+            raise errors[0]
+        self._check(rv)
+
+    def _outputs(self, out, n):
+        return [self._tensor(out[k]) for k in range(n)]
+
+    def while_loop(self, cond_fn, body_fn, init, known_trip_count=0):
+        """torch's while_loop(cond_fn, body_fn, carried_inputs), as XLA's While: cond_fn and
+        body_fn are called once, now, with the state's tensors to record the loop; the final
+        state is returned. A pod without bytes runs the body known_trip_count times (once
+        when 0)."""
+        init = list(init)
+        errors = []
+
+        def cond(state, n, ctx):
+            try:
+                return cond_fn(*[self._tensor(state[k], owned=False) for k in range(n)])._ptr
+            except BaseException as e:
+                errors.append(e)
+                return None
+        c = _lib.COND_FN(cond)
+        b = self._record(body_fn, errors, len(init))
+        arr = (_lib.P * len(init))(*[t._ptr for t in init])
+        out = (_lib.P * len(init))()
+        self._run_recording(lambda: lib.pe_while_loop(arr, len(init), c, b, None,
+                                                      int(known_trip_count), out), errors)
+        return self._outputs(out, len(init))
+
+    def call(self, fn, args, n_results=1):
+        """XLA's Call: fn(*args) records the callee; its results (a list)."""
+        args = list(args)
+        errors = []
+        f = self._record(fn, errors, n_results)
+        arr = (_lib.P * len(args))(*[t._ptr for t in args])
+        out = (_lib.P * n_results)()
+        self._run_recording(lambda: lib.pe_call(arr, len(args), f, None, out, n_results),
+                            errors)
+        return self._outputs(out, n_results)
+
+    def conditional(self, index, branches, n_results=1):
+        """XLA's Conditional: index (a pred: branch 0 when true; or an s32) picks which of
+        branches, a list of (fn, [args]), runs; the results (a list)."""
+        errors = []
+        fns = (_lib.COMPUTATION_FN * len(branches))(
+            *[self._record(fn, errors, n_results) for fn, _ in branches])
+        args = [(_lib.P * len(a))(*[t._ptr for t in a]) for _, a in branches]
+        arg_ptrs = (ctypes.POINTER(_lib.P) * len(branches))(
+            *[ctypes.cast(a, ctypes.POINTER(_lib.P)) for a in args])
+        counts = (ctypes.c_int * len(branches))(*[len(a) for _, a in branches])
+        ctxs = (ctypes.c_void_p * len(branches))()
+        out = (_lib.P * n_results)()
+        self._run_recording(lambda: lib.pe_conditional(index._ptr, len(branches), arg_ptrs,
+                                                       counts, fns, ctxs, out, n_results),
+                            errors)
+        return self._outputs(out, n_results)
 
     @property
     def world_size(self):
@@ -306,14 +391,14 @@ class Tensor:
     """One value per core of a pod: pending (recorded) until mark_step, then a device buffer.
     Dropping the last reference releases it (torch_xla frees a tensor's buffer on del)."""
 
-    def __init__(self, pod, ptr):
-        self.pod, self._ptr = pod, ptr
+    def __init__(self, pod, ptr, owned=True):
+        self.pod, self._ptr, self._owned = pod, ptr, owned
 
     def __del__(self):
         self.release()
 
     def release(self):
-        if self._ptr and self.pod._ptr:
+        if self._ptr and self.pod._ptr and self._owned:
             lib.pe_release(self._ptr)
         self._ptr = None
 

@@ -127,6 +127,20 @@ _declare("pe_tensor_bytes", ctypes.c_int64, P)
 _declare("pe_memory_info_get", ctypes.c_int, P, ctypes.c_int, ctypes.POINTER(MemoryInfo))
 _declare("pe_memory_info_all", ctypes.c_int, P, ctypes.POINTER(MemoryInfo), ctypes.c_int)
 _declare("pe_code_name", ctypes.c_char_p, ctypes.c_int)
+# Control flow: computations recorded by callbacks.
+COND_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                           ctypes.c_void_p)
+COMPUTATION_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                                  ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                  ctypes.c_int)
+_declare("pe_while_loop", ctypes.c_int, ctypes.POINTER(P), ctypes.c_int, COND_FN,
+         COMPUTATION_FN, ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(P))
+_declare("pe_call", ctypes.c_int, ctypes.POINTER(P), ctypes.c_int, COMPUTATION_FN,
+         ctypes.c_void_p, ctypes.POINTER(P), ctypes.c_int)
+_declare("pe_conditional", ctypes.c_int, P, ctypes.c_int,
+         ctypes.POINTER(ctypes.POINTER(P)), ctypes.POINTER(ctypes.c_int),
+         ctypes.POINTER(COMPUTATION_FN), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(P),
+         ctypes.c_int)
 _declare("pe_compile_hlo", ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
          ctypes.POINTER(CompileOptions), ctypes.POINTER(ctypes.c_void_p))
 _declare("pe_free", None, ctypes.c_void_p)
