@@ -29,6 +29,7 @@ struct pe_client {
 	int code;
 	char error[STATUS_MESSAGE_MAX + 64];
 	char topology[64];
+	char backing[8]; /* "host" or "none": whether the pod's cores hold bytes */
 	int world_size;
 	int num_hosts;
 	pe_tensor *tensors;

@@ -64,6 +64,11 @@ int pe_world_size(const pe_client *c)
 	return c->world_size;
 }
 
+const char *pe_backing(const pe_client *c)
+{
+	return c->backing;
+}
+
 int pe_num_hosts(const pe_client *c)
 {
 	return c->num_hosts;
@@ -169,6 +174,11 @@ int pe_connect(pe_client **out, const char *url)
 			snprintf(c->topology, sizeof(c->topology), "%s", ps->topology);
 			c->world_size = ps->world_size;
 			c->num_hosts = ps->num_hosts;
+			for (size_t h = 0; h < ps->n_hosts && c->backing[0] == '\0'; h++)
+				if (ps->hosts[h]->backing != NULL &&
+				    ps->hosts[h]->backing[0] != '\0')
+					snprintf(c->backing, sizeof(c->backing), "%s",
+					         ps->hosts[h]->backing);
 		} else {
 			status_set(&st, rv, "%s", c->error);
 		}

@@ -183,6 +183,19 @@ text = " ".join(t.firstChild.data for t in d.getElementsByTagName("text") if t.f
 assert "peak 4.50G" in text and "capacity 15.48G" in text, text' "$state/seed.svg" ||
 	fail "mem --svg"
 pe up --hosts 2 --cores-per-host 4 --hbm 1G --backing none --port 0 >/dev/null
+# Without bytes a bench would print bandwidth for nothing: refused, or marked on every row.
+if pe bench --op all-reduce --min-bytes 64K --max-bytes 64K --iters 1 2>"$state/bench.err"; then
+	fail "bench ran on a pod without bytes"
+fi
+grep -q "FAILED_PRECONDITION: the pod runs with --backing none" "$state/bench.err" ||
+	fail "bench: $(cat "$state/bench.err")"
+pe bench --op all-gather,all-reduce --min-bytes 64K --max-bytes 256K --factor 4 --iters 1 \
+	--no-bytes --json | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)["rows"]
+assert len(rows) == 4 and all(r["no_bytes"] for r in rows), rows' || fail "bench --no-bytes"
+pe bench --op all-reduce --min-bytes 64K --max-bytes 64K --iters 1 --no-bytes |
+	grep -q "(no bytes moved)" || fail "bench --no-bytes table"
 # Each agent runs on its own half of the CPUs this test may use (one each if it has two).
 python3 - "$state" <<'PY' || fail "agents not bound to their CPUs"
 import os, sys

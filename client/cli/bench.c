@@ -264,6 +264,15 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 int bench_run(pe_client *c, const struct bench_options *o)
 {
 	int world = pe_world_size(c);
+	/* Without bytes a collective moves nothing: its bandwidth would be a made-up number. */
+	bool no_bytes = strcmp(pe_backing(c), "none") == 0;
+	if (no_bytes && !o->no_bytes) {
+		fprintf(stderr,
+		        "podemu bench: FAILED_PRECONDITION: the pod runs with --backing none: "
+		        "collectives move no bytes, so their bandwidth would mean nothing "
+		        "(--no-bytes times them anyway, every row marked)\n");
+		return 2;
+	}
 	int enabled[B_COUNT] = {0};
 	char *ops = strdup(o->ops);
 	for (char *tok = strtok(ops, ","); tok != NULL; tok = strtok(NULL, ",")) {
@@ -339,16 +348,17 @@ int bench_run(pe_client *c, const struct bench_options *o)
 				       "\"time_us\": %.1f, \"algbw_gbps\": %.3f, \"busbw_gbps\": "
 				       "%.3f, "
 				       "\"peak_temp_bytes\": %lld, \"checked\": %s, \"ok\": %s, "
-				       "\"algorithm\": \"%s\"}",
+				       "\"algorithm\": \"%s\", \"no_bytes\": %s}",
 				       first ? "" : ", ", op_names[k], (long long)row.bytes,
 				       (long long)row.count, row.time_us, row.algbw, row.busbw,
 				       (long long)row.peak_temp, row.checked ? "true" : "false",
-				       row.ok ? "true" : "false", row.algorithm);
+				       row.ok ? "true" : "false", row.algorithm,
+				       no_bytes ? "true" : "false");
 			} else {
-				printf("  %-18s %12lld %12lld %10.1f %9.3f %9.3f %12lld %8s %s\n",
+				printf("  %-18s %12lld %12lld %10.1f %9.3f %9.3f %12lld %8s %s%s\n",
 				       op_names[k], (long long)row.bytes, (long long)row.count,
 				       row.time_us, row.algbw, row.busbw, (long long)row.peak_temp,
-				       check, row.algorithm);
+				       check, row.algorithm, no_bytes ? " (no bytes moved)" : "");
 			}
 			fflush(stdout);
 			first = 0;

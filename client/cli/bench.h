@@ -19,6 +19,7 @@ struct bench_options {
 	const char *axis;
 	int check;
 	int json;
+	int no_bytes; /* time a pod without bytes anyway (--no-bytes) */
 };
 
 /* Runs the benchmark and prints its table (or JSON); returns a process exit code. */

@@ -53,7 +53,7 @@ static void usage(FILE *f)
 	    "          --op all-gather,reduce-scatter,all-reduce,all-to-all,collective-permute\n"
 	    "          --min-bytes SIZE --max-bytes SIZE --factor 2|4 --iters N --warmup N\n"
 	    "          --groups '{{0,1},{2,3}}' | --mesh data=4,model=2 --axis model\n"
-	    "          --dtype f32 --check --json\n"
+	    "          --dtype f32 --check --json --no-bytes (time a --backing none pod anyway)\n"
 	    "  compile FILE.hlo  the memory plan of an HLO module per core: peak, arguments,\n"
 	    "          outputs, temporaries, padding, bytes sent, the live set at the peak, or\n"
 	    "          XLA's out-of-memory report; offline with --topology NAME (or --hosts,\n"
@@ -105,6 +105,7 @@ enum {
 	OPT_MESH,
 	OPT_AXIS,
 	OPT_CHECK,
+	OPT_NO_BYTES,
 	OPT_LAYOUT,
 	OPT_HTTP_PORT,
 	OPT_AG_STRATEGY,
@@ -166,6 +167,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"mesh", required_argument, NULL, OPT_MESH},
 	    {"axis", required_argument, NULL, OPT_AXIS},
 	    {"check", no_argument, NULL, OPT_CHECK},
+	    {"no-bytes", no_argument, NULL, OPT_NO_BYTES},
 	    {"layout", required_argument, NULL, OPT_LAYOUT},
 	    {"http-port", required_argument, NULL, OPT_HTTP_PORT},
 	    {"all-gather-strategy", required_argument, NULL, OPT_AG_STRATEGY},
@@ -284,6 +286,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_AXIS:
 			o->bench.axis = optarg;
+			break;
+		case OPT_NO_BYTES:
+			o->bench.no_bytes = 1;
 			break;
 		case OPT_CHECK:
 			o->bench.check = 1;

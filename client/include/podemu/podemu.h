@@ -86,6 +86,8 @@ PE_API int pe_last_code(const pe_client *c);
 PE_API int pe_world_size(const pe_client *c);
 PE_API int pe_num_hosts(const pe_client *c);
 PE_API const char *pe_topology(const pe_client *c);
+/* "host" when the pod's cores hold real bytes, "none" under --backing none ("" if unknown). */
+PE_API const char *pe_backing(const pe_client *c);
 /*
  * Waits until every host of the pod is registered and alive (after a restart, say). PE_OK, or
  * PE_DEADLINE_EXCEEDED with the coordinator's last reason after timeout_ms.
