@@ -21,16 +21,9 @@ libdir=$(dirname "$(find "$prefix" -name libpodemu.so | head -1)")
 [ -f "$libdir/pkgconfig/podemu.pc" ] || fail "no podemu.pc in $libdir/pkgconfig"
 [ -f "$libdir/cmake/podemu/podemuConfig.cmake" ] || fail "no CMake package in $libdir/cmake"
 
-# A copy built with AddressSanitizer (the sanitizer build) runs in programs built without it
-# only after its runtime, and their own leaks are not the library's.
-asan=$(ldd "$libdir/libpodemu.so" 2>/dev/null | awk '/libasan/ {print $3}')
-run() {
-	if [ -n "$asan" ]; then
-		LD_PRELOAD="$asan" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" "$@"
-	else
-		"$@"
-	fi
-}
+# Programs built without AddressSanitizer load a sanitized copy only after its runtime.
+source "$(dirname "$0")/asan_env.sh"
+run() { (asan_preload "$libdir/libpodemu.so" && "$@"); }
 
 # pkg-config, as a Makefile would use it.
 export PKG_CONFIG_PATH="$libdir/pkgconfig"

@@ -27,13 +27,14 @@ url=$(cat "$state/http.url")
 pe status | grep -q "dashboard $url" || fail "podemu status does not name the dashboard"
 pe demo --elements 4096 >/dev/null
 # Something in use on every core while Prometheus and Chromium look: a client holding 1 MiB.
-PYTHONPATH="$bin/../python" PODEMU_STATE_DIR="$state" python3 -c '
+source "$(dirname "$0")/asan_env.sh"
+(asan_preload "$bin/../libpodemu.so" && PYTHONPATH="$bin/../python" PODEMU_STATE_DIR="$state" exec python3 -c '
 import time, podemu
 pod = podemu.Pod()
 held = pod.full([1024, 256], 1.0)
 pod.mark_step()
 print("held", flush=True)
-time.sleep(300)' >"$state/holder.txt" 2>&1 &
+time.sleep(300)') >"$state/holder.txt" 2>&1 &
 holder=$!
 for _ in $(seq 1 100); do grep -q held "$state/holder.txt" && break; sleep 0.1; done
 grep -q held "$state/holder.txt" || fail "the holding client: $(cat "$state/holder.txt")"

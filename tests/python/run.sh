@@ -4,12 +4,8 @@
 # deploy/install-deps.sh ran).
 set -euo pipefail
 build=$(cd "$1" && pwd)
-# A library built with AddressSanitizer (the sanitizer build) loads into Python only after
-# its runtime; CPython's own allocations are not leaks worth reporting.
-asan=$(ldd "$build/libpodemu.so" 2>/dev/null | awk '/libasan/ {print $3}')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-fi
+source "$(dirname "$0")/../asan_env.sh"
+asan_preload "$build/libpodemu.so"
 for py in /usr/bin/python3 python3; do
 	if "$py" -c 'import numpy, pytest' 2>/dev/null; then
 		export PYTHONPATH="$build/python" PODEMU_BIN="$build/bin"
