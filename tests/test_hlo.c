@@ -588,6 +588,16 @@ static void test_plan_modules(void **state)
 	assert_int_equal(p.constant_bytes, 4);
 	assert_int_equal(p.peak_bytes, 2052);
 	assert_int_equal(p.sent_bytes, 84);
+	/* A loop calling a computation, a conditional; a collective in a loop (see the files). */
+	plan_file("control.hlo", &p, &st, ST_OK);
+	assert_int_equal(p.argument_bytes, 4096);
+	assert_int_equal(p.output_bytes, 4096 + 4096 + 16);
+	assert_int_equal(p.peak_bytes, 1048576 + 4 + 4096 + 4096 + 4096 + 4 + 1 + 16);
+	assert_string_equal(p.peak_name, "c");
+	plan_file("loop-collective.hlo", &p, &st, ST_OK);
+	assert_int_equal(p.temp_bytes, 4096 + 16 + 4 + 4);
+	assert_int_equal(p.peak_bytes, 4096 + 4096 + 4096 + 16 + 4 + 4);
+	assert_int_equal(p.sent_bytes, 7168);
 	/* Replica groups checked with XLA's verifier's words before planning. */
 	plan_file("bad-groups.hlo", &p, &st, ST_INVALID_ARGUMENT);
 	assert_non_null(strstr(st.message, "line 8: ag: Replica 3 is repeated in instruction's "
