@@ -21,6 +21,13 @@ static void pick(char *out, size_t len, const char *given, const char *env)
 	snprintf(out, len, "%s", v != NULL ? v : "");
 }
 
+void tls_files(const char **cert, const char **key, const char **ca)
+{
+	*cert = cert_path;
+	*key = key_path;
+	*ca = ca_path;
+}
+
 void tls_set_files(const char *cert, const char *key, const char *ca)
 {
 	pthread_mutex_lock(&tls_lock);

@@ -12,6 +12,9 @@
 
 #include "status.h"
 
+/* The identity files in use ("" when unset): certificate, key, the pod's CA. */
+void tls_files(const char **cert, const char **key, const char **ca);
+
 /* True for a tls+tcp:// URL. */
 bool tls_url(const char *url);
 

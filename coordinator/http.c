@@ -3,17 +3,20 @@
  * Prometheus' text format, /api/status (the status JSON of `podemu status --json`),
  * /api/timeline (the last step's planned bytes live per core over its schedule) and / (the
  * dashboard, coordinator/dashboard.c). Off loopback every request must carry the pod's token
- * as a bearer token.
+ * as a bearer token; a pod on TLS serves HTTPS with its own certificate.
  */
 #include "http.h"
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/thread.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +26,13 @@
 #include "arena.h"
 #include "log.h"
 #include "podjson.h"
+#include "tls.h"
 
 struct http_server {
 	struct coordinator *co;
 	struct event_base *base;
 	struct evhttp *http;
+	SSL_CTX *ssl; /* HTTPS, for a pod on TLS */
 	pthread_t thread;
 	bool loopback;
 	char token[128];
@@ -213,6 +218,36 @@ static void on_request(struct evhttp_request *req, void *arg)
 	arena_free(a);
 }
 
+/* A connection of an HTTPS server: TLS with the pod's certificate. */
+static struct bufferevent *ssl_connection(struct event_base *base, void *arg)
+{
+	struct http_server *h = arg;
+	SSL *ssl = SSL_new(h->ssl);
+	return ssl ? bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+	                                            BEV_OPT_CLOSE_ON_FREE)
+	           : NULL;
+}
+
+/* The pod's certificate and key for HTTPS; NULL with st set when they do not load. */
+static SSL_CTX *ssl_context(struct status *st)
+{
+	const char *cert, *key, *ca;
+	tls_files(&cert, &key, &ca);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	if (ctx != NULL && SSL_CTX_use_certificate_chain_file(ctx, cert) == 1 &&
+	    SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1 &&
+	    SSL_CTX_check_private_key(ctx) == 1) {
+		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+		return ctx;
+	}
+	char why[256];
+	ERR_error_string_n(ERR_get_error(), why, sizeof(why));
+	status_set(st, ST_FAILED_PRECONDITION, "HTTPS with certificate %s and key %s: %s",
+	           cert[0] ? cert : "(none)", key[0] ? key : "(none)", why);
+	SSL_CTX_free(ctx);
+	return NULL;
+}
+
 static void *serve(void *arg)
 {
 	struct http_server *h = arg;
@@ -248,6 +283,10 @@ int http_start(struct http_server **out, struct coordinator *co, const char *lis
 	h->loopback = loopback;
 	snprintf(h->token, sizeof(h->token), "%s", token ? token : "");
 	snprintf(h->coordinator_url, sizeof(h->coordinator_url), "%s", coordinator_url);
+	if (tls_url(coordinator_url) && (h->ssl = ssl_context(st)) == NULL) {
+		free(h);
+		return st->code;
+	}
 	evthread_use_pthreads();
 	h->base = event_base_new();
 	h->http = h->base ? evhttp_new(h->base) : NULL;
@@ -258,6 +297,7 @@ int http_start(struct http_server **out, struct coordinator *co, const char *lis
 			evhttp_free(h->http);
 		if (h->base)
 			event_base_free(h->base);
+		SSL_CTX_free(h->ssl);
 		free(h);
 		return status_set(st, ST_UNAVAILABLE, "--http-listen %s: cannot listen there",
 		                  listen);
@@ -269,12 +309,15 @@ int http_start(struct http_server **out, struct coordinator *co, const char *lis
 		bound_port =
 		    ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 		                                   : ((struct sockaddr_in *)&ss)->sin_port);
-	snprintf(bound, bound_len, "http://%s:%d/", host, bound_port);
+	snprintf(bound, bound_len, "%s://%s:%d/", h->ssl ? "https" : "http", host, bound_port);
+	if (h->ssl != NULL)
+		evhttp_set_bevcb(h->http, ssl_connection, h);
 	evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET);
 	evhttp_set_gencb(h->http, on_request, h);
 	if (pthread_create(&h->thread, NULL, serve, h) != 0) {
 		evhttp_free(h->http);
 		event_base_free(h->base);
+		SSL_CTX_free(h->ssl);
 		free(h);
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "cannot start the HTTP thread");
 	}
@@ -290,5 +333,6 @@ void http_stop(struct http_server *h)
 	pthread_join(h->thread, NULL);
 	evhttp_free(h->http);
 	event_base_free(h->base);
+	SSL_CTX_free(h->ssl);
 	free(h);
 }

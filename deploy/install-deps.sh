@@ -9,6 +9,8 @@ packages=(
 	gcc libc6-dev make cmake pkg-config
 	libprotobuf-c-dev protobuf-c-compiler
 	libnng-dev libevent-dev libcmocka-dev
+	# HTTPS for the coordinator's dashboard on a TLS pod (libevent's OpenSSL layer)
+	libssl-dev
 )
 if [ "${1:-}" != "--build" ]; then
 	packages+=(

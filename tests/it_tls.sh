@@ -41,7 +41,7 @@ make_cert node pod-ca
 make_cert stranger other-ca
 export PODEMU_TLS_CERT="$certs/node.pem" PODEMU_TLS_KEY="$certs/node.key" PODEMU_TLS_CA="$certs/pod-ca.pem"
 
-pe up --tls --hosts 2 --cores-per-host 2 --hbm 1G --backing host --port 0 >/dev/null
+pe up --tls --hosts 2 --cores-per-host 2 --hbm 1G --backing host --port 0 --http-port 0 >/dev/null
 url=$(cat "$state/coordinator.url")
 [[ $url == tls+tcp://127.0.0.1:* ]] || fail "coordinator address $url is not tls+tcp"
 pe status --json | python3 -c '
@@ -70,6 +70,28 @@ if PODEMU_COORDINATOR="tcp://${url#tls+tcp://}" timeout 20 "$bin/podemu" status 
 	fail "a plain TCP client was answered"
 fi
 echo "plain TCP: $(tail -n 1 "$state/out")"
+# Metrics and the dashboard of a pod on TLS: HTTPS with the pod's certificate, not plain HTTP.
+http=$(cat "$state/http.url")
+[[ $http == https://127.0.0.1:* ]] || fail "the dashboard of a TLS pod is at $http"
+python3 - "$http" "$certs/pod-ca.pem" <<'PY' || fail "HTTPS metrics"
+import ssl, sys, urllib.request
+url, ca = sys.argv[1], sys.argv[2]
+body = urllib.request.urlopen(url + "metrics", context=ssl.create_default_context(cafile=ca),
+                              timeout=10).read().decode()
+assert "podemu_core_bytes_in_use" in body, body[:200]
+try:
+    urllib.request.urlopen(url.replace("https://", "http://") + "metrics", timeout=5).read()
+    raise AssertionError("plain HTTP was answered")
+except (OSError, ValueError) as e:
+    print("plain HTTP to the dashboard:", type(e).__name__)
+try:
+    urllib.request.urlopen(url + "metrics", timeout=5).read()  # without the pod CA
+    raise AssertionError("a client that does not trust the pod CA got an answer")
+except ssl.SSLError:
+    pass
+except OSError as e:
+    assert "CERTIFICATE_VERIFY_FAILED" in str(e), e
+PY
 # The pod is unharmed.
 pe status >/dev/null || fail "status after the refused clients"
 pe down >/dev/null
