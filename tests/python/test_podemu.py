@@ -19,7 +19,7 @@ def pod(host_pod):
 
 
 def test_connection(pod):
-    assert pod.world_size == 8 and pod.num_hosts == 2
+    assert pod.world_size == 8 and pod.num_hosts == 2 and pod.backing == "host"
     pod.wait_ready(5)
 
 
@@ -50,7 +50,9 @@ def test_upload_per_core_and_collectives(pod):
         np.testing.assert_allclose(r.fetch(core), np.full([2, 3], 0.5 * sum(range(n))))
         np.testing.assert_array_equal(rs.fetch(core), [[8.0 * core] * 2])
         np.testing.assert_array_equal(pairs.fetch(core), data[(core - 1) % n])
-    assert [a for _, a in pod.last_step_collectives()]  # algorithms chosen, per collective
+    colls = pod.last_step_collectives()  # per collective: time, algorithm, scratch
+    assert len(colls) == 4 and all(a for _, a, _ in colls), colls
+    assert any(scratch > 0 for _, _, scratch in colls), colls  # the reducing ones
 
 
 def test_groups_and_mesh(pod):
@@ -95,6 +97,16 @@ def test_errors_carry_code_and_xla_text(pod):
     del big
     with pytest.raises(ValueError):
         pod.full([2], dtype="f64")
+
+
+def test_opaque_tuple_is_planned(pod):
+    a, b = pod.opaque_tuple("MyKernel", [[256], [1024]], [pod.full([256], 1.0)])
+    assert a.shape == (256,) and b.shape == (1024,)
+    plan = pod.plan_step()
+    assert plan["output_bytes"] >= (256 + 1024) * 4, plan
+    with pytest.raises(podemu.PodemuError) as e:  # a pod with bytes has no kernel for it
+        pod.mark_step()
+    assert e.value.code == "UNIMPLEMENTED"
 
 
 def test_compile_hlo():

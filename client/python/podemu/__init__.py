@@ -246,6 +246,11 @@ class Pod:
     def topology(self):
         return lib.pe_topology(self._client()).decode()
 
+    @property
+    def backing(self):
+        """"host" when the cores hold real bytes, "none" under --backing none."""
+        return lib.pe_backing(self._client()).decode()
+
     def wait_ready(self, timeout=30.0):
         """Waits until every host is registered and alive."""
         self._check(lib.pe_wait_ready(self._client(), int(timeout * 1000)))
@@ -310,6 +315,20 @@ class Pod:
         return self._tensor(lib.pe_opaque(self._client(), name.encode(), _dtype_of(dtype),
                                           _lib.int64s(shape), len(shape), arr, len(operands)))
 
+    def opaque_tuple(self, name, shapes, operands=(), dtypes=None):
+        """An op without a kernel whose result is a tuple (shapes: one per element)."""
+        n = len(shapes)
+        dtypes = dtypes or ["f32"] * n
+        types = (ctypes.c_int * n)(*[_dtype_of(d) for d in dtypes])
+        dims = [_lib.int64s(sh) for sh in shapes]
+        dims_arr = (_lib.c_int64_p * n)(*[ctypes.cast(d, _lib.c_int64_p) for d in dims])
+        ranks = (ctypes.c_int * n)(*[len(sh) for sh in shapes])
+        ops = (_lib.P * max(len(operands), 1))(*[t._ptr for t in operands])
+        out = (_lib.P * n)()
+        self._check(lib.pe_opaque_tuple(self._client(), name.encode(), n, types, dims_arr,
+                                        ranks, ops, len(operands), out))
+        return self._outputs(out, n)
+
     # ---- groups and meshes ----
     def groups(self, text):
         """Replica groups in XLA's syntax."""
@@ -345,14 +364,16 @@ class Pod:
         return out
 
     def last_step_collectives(self):
-        """The last step's collectives: (longest microseconds on any core, algorithm)."""
+        """The last step's collectives: (longest microseconds on any core, algorithm, scratch
+        bytes each core reserved for it)."""
         n = 256
         micros = (ctypes.c_int64 * n)()
         algos = (ctypes.c_char_p * n)()
         got = lib.pe_last_step_collectives(self._client(), micros, algos, n)
         if got < 0:
             raise PodemuError(-got, lib.pe_last_error(self._ptr).decode())
-        return [(micros[k], (algos[k] or b"").decode()) for k in range(min(got, n))]
+        return [(micros[k], (algos[k] or b"").decode(),
+                 lib.pe_last_step_scratch_bytes(self._client(), k)) for k in range(min(got, n))]
 
     # ---- memory ----
     def memory_info(self, ordinal=None):
