@@ -10,7 +10,7 @@
 
 #include "podemu.pb-c.h"
 
-/* A JSON string literal of s. */
+/* A JSON string literal of s (NULL: ""), for every JSON podemu writes. */
 void json_string(FILE *f, const char *s);
 
 /* ps as one JSON object; coordinator is the address it was asked at. */

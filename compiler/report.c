@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "memplan.h"
+#include "podjson.h"
 
 /* A buffer kind's name in the JSON report, and in XLA's words ("Allocation type"). */
 static const struct {
@@ -153,21 +154,6 @@ void memplan_print_text(FILE *f, const struct memplan *p, const struct topology 
 	print_strategy(f, p);
 	fprintf(f, "Live at the peak (instruction %d, %s):\n\n", p->peak_at, p->peak_name);
 	print_largest(f, p, 10);
-}
-
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
 }
 
 void memplan_print_json(FILE *f, const struct memplan *p, const struct status *error)
