@@ -1,29 +1,27 @@
+/*
+ * The Coordinator service: registration and heartbeats, status, device buffers and their
+ * transfers, releases and memory statistics; steps are step.c's.
+ */
 #include "service.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "clock.h"
 #include "dispatch.h"
 #include "from_graph.h"
 #include "graph.h"
-#include "lower.h"
 #include "log.h"
-#include "layout.h"
-#include "plan.h"
 #include "podemu.pb-c.h"
 #include "services.h"
-
-#define MAX_GRAPH_NODES (1 << 20)
+#include "steps.h"
 
 /*
  * Snapshot of the agents' clients and data URLs, taken under the lock; fails when the pod is
  * not ready.
  */
-static int snapshot_hosts(struct coordinator *co, struct arena *a, struct rpc_client ***clients,
-                          char ***data_urls, struct status *st)
+int snapshot_hosts(struct coordinator *co, struct arena *a, struct rpc_client ***clients,
+                   char ***data_urls, struct status *st)
 {
 	int n = co->reg.topo.num_hosts;
 	*clients = arena_calloc(a, (size_t)n, sizeof(**clients));
@@ -114,41 +112,6 @@ static int collect_memory(struct coordinator *co, struct arena *a, struct rpc_cl
 	return ST_OK;
 }
 
-const double metrics_bucket_bounds[METRICS_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                       0.25,  0.5,    1,     2.5,  10,    60};
-
-/* A step that ran (or failed), for /metrics. */
-static void count_step(struct coordinator *co, int rv, double seconds, const struct step_report *r)
-{
-	struct metrics *m = &co->metrics;
-	pthread_mutex_lock(&m->lock);
-	if (rv != ST_OK) {
-		m->steps_failed++;
-	} else {
-		m->steps_run++;
-		m->latency_count++;
-		m->latency_sum_seconds += seconds;
-		int k = 0;
-		while (k < METRICS_BUCKETS - 1 && seconds > metrics_bucket_bounds[k])
-			k++;
-		if (seconds <= metrics_bucket_bounds[k])
-			m->latency_buckets[k]++;
-		int world = topology_world_size(&co->reg.topo);
-		for (int op = 0; op < OP_COUNT; op++)
-			m->sent_bytes[op] += (double)r->sent_by_op[op] * world;
-		int64_t *live = malloc(((size_t)r->n_live + 1) * sizeof(int64_t));
-		if (live != NULL) {
-			if (r->n_live > 0)
-				memcpy(live, r->live, (size_t)r->n_live * sizeof(int64_t));
-			free(m->last_live);
-			m->last_live = live;
-			m->n_last_live = r->n_live;
-			m->last_step = r->step_id;
-		}
-	}
-	pthread_mutex_unlock(&m->lock);
-}
-
 int coordinator_status(struct coordinator *co, struct arena *a, bool memory, Podemu__PodStatus *out)
 {
 	Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
@@ -205,8 +168,8 @@ static int h_get_status(void *state, struct arena *a, const void *request, void 
 }
 
 /* Releases handles on every agent (errors ignored: some may be gone already). */
-static void release_everywhere(struct coordinator *co, struct arena *a, struct rpc_client **clients,
-                               uint64_t *handles, size_t n, const int *skip_host)
+void release_everywhere(struct coordinator *co, struct arena *a, struct rpc_client **clients,
+                        uint64_t *handles, size_t n, const int *skip_host)
 {
 	if (n == 0)
 		return;
@@ -228,418 +191,6 @@ static void release_everywhere(struct coordinator *co, struct arena *a, struct r
 
 	struct status st;
 	fan_call(co, clients, AM_RELEASE, reqs, a, replies, sts, co->agent_timeout_ms, &st);
-}
-
-/* Converts inferred shapes back to the wire so agents see complete nodes. */
-static Podemu__Shape *shape_to_proto(struct arena *a, const struct shape *s)
-{
-	Podemu__Shape *p = arena_alloc(a, sizeof(*p));
-	if (p == NULL)
-		return NULL;
-	podemu__shape__init(p);
-	p->tuple = s->tuple;
-	p->dtype = (Podemu__DType)s->dtype;
-	p->n_dims = (size_t)s->rank;
-	p->dims = arena_calloc(a, (size_t)s->rank + 1, sizeof(int64_t));
-	p->elements = arena_calloc(a, (size_t)s->n_elements + 1, sizeof(*p->elements));
-	if (p->dims == NULL || p->elements == NULL)
-		return NULL;
-	memcpy(p->dims, s->dims, (size_t)s->rank * sizeof(int64_t));
-	for (int k = 0; k < s->n_elements; k++)
-		if ((p->elements[p->n_elements++] = shape_to_proto(a, &s->elements[k])) == NULL)
-			return NULL;
-	return p;
-}
-
-/* Compile-time check: XLA's text when the plan alone exceeds a core's HBM. */
-static int check_fits(struct coordinator *co, const struct plan *p, struct status *st)
-{
-	int64_t limit = topology_bytes_limit(&co->reg.topo);
-	int64_t used = layout_add(layout_add(p->argument_bytes, p->output_bytes), p->temp_bytes);
-	if (used <= limit)
-		return ST_OK;
-	char u[16], l[16], over[16], args[16], outs[16], temps[16];
-	return status_set(
-	    st, ST_RESOURCE_EXHAUSTED,
-	    "Ran out of memory in memory space hbm. Used %s of %s hbm. Exceeded hbm "
-	    "capacity by %s. (on each of cores 0..%d, the same plan: arguments %s, outputs %s, "
-	    "temporaries %s)",
-	    status_human_bytes(u, used), status_human_bytes(l, limit),
-	    status_human_bytes(over, used - limit), topology_world_size(&co->reg.topo) - 1,
-	    status_human_bytes(args, p->argument_bytes), status_human_bytes(outs, p->output_bytes),
-	    status_human_bytes(temps, p->temp_bytes));
-}
-
-/* Per node: the scratch bytes a collective needs while it runs (0 for other nodes). */
-static int64_t *node_scratch(const struct coordinator *co, struct arena *a, const Podemu__Graph *g,
-                             const struct shape *shapes)
-{
-	int64_t *scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
-	for (size_t i = 0; scratch != NULL && i < g->n_nodes; i++)
-		if (opcode_is_collective(opcode_parse(g->nodes[i]->opcode)))
-			scratch[i] = lower_scratch_bytes(
-			    g->nodes[i], &shapes[g->nodes[i]->operands[0]], co->chunk_bytes);
-	return scratch;
-}
-
-/*
- * The coordinator's passes and buffer plan for a checked graph *g (shapes its node shapes):
- * from the program cache when the same graph was compiled before, else scheduling, fusion and
- * planning, then cached. *g and shapes become the scheduled graph and its shapes; out's arrays
- * are from a.
- */
-static int *copy_ints(struct arena *a, const int *src, int n)
-{
-	int *dst = src != NULL ? arena_calloc(a, (size_t)n + 1, sizeof(int)) : NULL;
-	if (dst != NULL)
-		memcpy(dst, src, (size_t)n * sizeof(int));
-	return dst;
-}
-
-static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph **g,
-                        struct shape *shapes, const uint64_t *out_handles, struct compiled *out,
-                        int64_t **scratch, Podemu__StepReply *rep, struct status *st)
-{
-	uint8_t *key;
-	size_t key_len;
-	uint64_t hash;
-	if (cache_key(*g, a, &key, &key_len, &hash) != 0)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	const struct compiled *hit = cache_find(&co->cache, key, key_len, hash);
-	int n = (int)(*g)->n_nodes, rv;
-	memset(out, 0, sizeof(*out));
-	if (hit != NULL) {
-		/* Its arrays, which a later store may evict, copied for this step. */
-		*out = *hit;
-		rep->program_cache_hit = true;
-		out->order = copy_ints(a, hit->order, hit->n);
-		out->fused_into = copy_ints(a, hit->fused_into, hit->n_total);
-		out->computation_order =
-		    copy_ints(a, hit->computation_order, hit->n_total - hit->n);
-		if ((hit->order && !out->order) || (hit->fused_into && !out->fused_into) ||
-		    (hit->computation_order && !out->computation_order))
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	} else {
-		/* The compiler's one pipeline, then the graph in its scheduled order. */
-		struct plan_options po = {.topology = &co->reg.topo,
-		                          .combine_threshold_bytes =
-		                              co->schedule.combine_threshold_bytes,
-		                          .memory_aware = co->schedule.memory_aware,
-		                          .fusion = co->fusion,
-		                          .tiled = co->tiled,
-		                          .chunk_bytes = co->chunk_bytes};
-		if ((rv = plan_graph(out, a, *g, shapes, &po, st)) != ST_OK)
-			return rv;
-		cache_store(&co->cache, key, key_len, hash, out);
-	}
-	if (out->order != NULL) {
-		struct schedule sched = {.n = n, .order = out->order};
-		if ((*g = schedule_apply(*g, &sched, shapes, a)) == NULL)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	}
-	struct compiled template = *out;
-	if ((rv = plan_bind(&out->plan, a, &template, *g, out_handles, st)) != ST_OK)
-		return rv;
-	if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	rep->combined_collectives = out->n_combined;
-	rep->delayed_nodes = out->n_delayed;
-	rep->fused_nodes = out->n_fused;
-	return ST_OK;
-}
-
-/*
- * The parameters whose device buffers the client released with this step are donors (XLA's
- * buffer_donor): an output of the same size may take their bytes (torch_xla's donation of a
- * tensor updated in place). Part of the graph, so the program cache tells them apart.
- */
-static int mark_donors(Podemu__Graph *g, const Podemu__StepRequest *req, struct arena *a,
-                       struct status *st)
-{
-	g->n_donors = 0;
-	if (req->n_release_after == 0)
-		return ST_OK;
-	g->donors = arena_calloc(a, g->n_nodes + 1, sizeof(int32_t));
-	if (g->donors == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t i = 0; i < g->n_nodes; i++) {
-		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)
-			continue;
-		for (size_t k = 0; k < req->n_release_after; k++)
-			if (req->release_after[k] == g->nodes[i]->handle) {
-				g->donors[g->n_donors++] = (int32_t)i;
-				break;
-			}
-	}
-	return ST_OK;
-}
-
-/*
- * Checks, plans and runs one step on every host: PrepareStep everywhere (all or nothing), then
- * RunStep everywhere. *ran tells whether agents got to run it (they then released
- * release_after themselves).
- */
-static int execute_locked(struct coordinator *co, struct arena *a, const Podemu__StepRequest *req,
-                          Podemu__StepReply *rep, struct rpc_client **clients, char **data_urls,
-                          bool *ran, struct step_report *report, struct status *st)
-{
-	const struct topology *t = &co->reg.topo;
-	int hosts = t->num_hosts, world = topology_world_size(t);
-	Podemu__Graph *g = req->graph;
-	*ran = false;
-	if (g == NULL || g->n_nodes == 0)
-		return status_set(st, ST_INVALID_ARGUMENT, "step has no graph");
-	size_t total = graph_total_nodes(g);
-	if (total > MAX_GRAPH_NODES)
-		return status_set(st, ST_INVALID_ARGUMENT, "graph has %zu nodes; the limit is %d",
-		                  total, MAX_GRAPH_NODES);
-	struct shape *shapes = arena_calloc(a, total + 1, sizeof(*shapes));
-	uint64_t *out_handles = arena_calloc(a, g->n_outputs + 1, sizeof(uint64_t));
-	if (shapes == NULL || out_handles == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int rv = graph_check(g, world, shapes, a, st);
-	if (rv != ST_OK)
-		return rv;
-	if ((rv = mark_donors(g, req, a, st)) != ST_OK)
-		return rv;
-	/* Ops without kernels can be planned and accounted, but not computed with real bytes. */
-	pthread_mutex_lock(&co->reg.lock);
-	bool backed = strcmp(co->reg.hosts[0].backing, "host") == 0;
-	pthread_mutex_unlock(&co->reg.lock);
-	for (size_t i = 0; backed && !req->compile_only && i < g->n_nodes; i++)
-		if (opcode_parse(g->nodes[i]->opcode) == OP_OPAQUE)
-			return status_set(st, ST_UNIMPLEMENTED,
-			                  "node %zu: %s has no kernel in podemu; a pod with "
-			                  "--backing none plans and accounts it",
-			                  i,
-			                  g->nodes[i]->name ? g->nodes[i]->name : "an opaque op");
-	pthread_mutex_lock(&co->reg.lock);
-	for (size_t i = 0; i < g->n_nodes && rv == ST_OK; i++) {
-		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)
-			continue;
-		struct status hst;
-		struct handle_entry *e = registry_use_handle(&co->reg, g->nodes[i]->handle, &hst);
-		char sa[128], sb[128];
-		if (e == NULL)
-			rv = status_set(st, hst.code, "parameter (node %zu): %s", i, hst.message);
-		else if (!shape_equal(&e->shape, &shapes[i]))
-			rv = status_set(st, ST_INVALID_ARGUMENT,
-			                "parameter (node %zu): buffer %llu is %s, not %s", i,
-			                (unsigned long long)e->handle,
-			                shape_format(sa, sizeof(sa), &e->shape),
-			                shape_format(sb, sizeof(sb), &shapes[i]));
-		else /* a parameter is in its device buffer's layout, whatever the client says */
-			g->nodes[i]->layout =
-			    e->layout[0] ? arena_strdup(a, e->layout) : (char *)"";
-		if (g->nodes[i]->layout == NULL)
-			rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	}
-	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++) {
-		const char *l = g->nodes[g->outputs[k]]->layout;
-		if (l != NULL && strlen(l) >= LAYOUT_TEXT_MAX)
-			rv = status_set(st, ST_INVALID_ARGUMENT,
-			                "output %zu: layout longer than %d characters", k,
-			                LAYOUT_TEXT_MAX - 1);
-	}
-	for (size_t k = 0; k < g->n_outputs; k++)
-		out_handles[k] = co->reg.next_handle++;
-	uint64_t step_id = ++co->next_step;
-	pthread_mutex_unlock(&co->reg.lock);
-	if (rv != ST_OK)
-		return rv;
-
-	/* Node indices below are the scheduled ones. */
-	struct compiled prog_c;
-	int64_t *scratch;
-	if ((rv = compile_step(co, a, &g, shapes, out_handles, &prog_c, &scratch, rep, st)) !=
-	    ST_OK)
-		return rv;
-	int *fused_into = prog_c.fused_into;
-	struct plan plan = prog_c.plan;
-	if (req->compile_only) {
-		/* "Would this fit?": the plan's figures, and XLA's text when it does not. */
-		struct status oom;
-		rep->argument_bytes = plan.argument_bytes;
-		rep->output_bytes = plan.output_bytes;
-		rep->alias_bytes = plan.alias_bytes;
-		rep->temp_bytes = plan.temp_bytes;
-		rep->bytes_limit = topology_bytes_limit(t);
-		rep->fits = check_fits(co, &plan, &oom) == ST_OK;
-		if (!rep->fits)
-			rep->oom_message = arena_strdup(a, oom.message);
-		return ST_OK;
-	}
-	if ((rv = check_fits(co, &plan, st)) != ST_OK)
-		return rv;
-	for (size_t i = 0; i < g->n_nodes; i++)
-		if ((g->nodes[i]->shape = shape_to_proto(a, &shapes[i])) == NULL)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-
-	Podemu__Program *prog = arena_alloc(a, sizeof(*prog));
-	if (prog == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	podemu__program__init(prog);
-	prog->window = co->window;
-	prog->step_id = step_id;
-	if (prog_c.order != NULL) {
-		prog->source_nodes = prog_c.order;
-		prog->n_source_nodes = (size_t)prog_c.n;
-	}
-	if (fused_into != NULL) {
-		prog->fused_into = fused_into;
-		prog->n_fused_into = (size_t)prog_c.n_total;
-	}
-	if (prog_c.computation_order != NULL) {
-		prog->computation_order = prog_c.computation_order;
-		prog->n_computation_order = (size_t)(prog_c.n_total - prog_c.n);
-	}
-	prog->graph = g;
-	prog->buffers = plan.buffers;
-	prog->n_buffers = (size_t)prog_c.n_total;
-	prog->temp_bytes = plan.temp_bytes;
-	prog->world_size = world;
-	prog->cores_per_host = t->cores_per_host;
-	prog->peer_data_urls = data_urls;
-	prog->n_peer_data_urls = (size_t)hosts;
-	prog->chunk_bytes = co->chunk_bytes;
-	prog->collective_timeout_ms = co->collective_timeout_ms;
-
-	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
-	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
-	const void **reqs = arena_calloc(a, (size_t)hosts, sizeof(void *));
-	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
-	if (!replies || !sts || !reqs || !failed)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* Each host gets the same program with its own cores' collective schedules. */
-	for (int h = 0; h < hosts; h++) {
-		Podemu__Program *ph = arena_alloc(a, sizeof(*ph));
-		if (ph == NULL)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		*ph = *prog;
-		rv = lower_collectives(&ph->schedules, &ph->n_schedules, a, g, shapes, t, h,
-		                       co->collective_algorithm, st);
-		if (rv != ST_OK)
-			return rv;
-		reqs[h] = ph;
-	}
-	rv = fan_call_watched(co, clients, AM_PREPARE_STEP, co->agent_timeout_ms, step_id, reqs, a,
-	                      replies, sts, st);
-	if (rv != ST_OK) {
-		Podemu__AbortRequest *abort_req = arena_alloc(a, sizeof(*abort_req));
-		if (abort_req != NULL) {
-			podemu__abort_request__init(abort_req);
-			abort_req->step_id = step_id;
-			pthread_mutex_lock(&co->reg.lock);
-			for (int h = 0; h < hosts; h++)
-				reqs[h] = sts[h].code == ST_OK && co->reg.hosts[h].alive ? abort_req
-				                                                         : NULL;
-			pthread_mutex_unlock(&co->reg.lock);
-
-			struct status ast;
-			fan_call(co, clients, AM_ABORT_STEP, reqs, a, replies, sts,
-			         co->agent_timeout_ms, &ast);
-		}
-		return rv;
-	}
-
-	Podemu__RunRequest *run = arena_alloc(a, sizeof(*run));
-	if (run == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	podemu__run_request__init(run);
-	run->step_id = step_id;
-	run->release_after = req->release_after;
-	run->n_release_after = req->n_release_after;
-	reqs = same_for_all(a, hosts, run);
-	*ran = true;
-	rv = fan_call_watched(co, clients, AM_RUN_STEP, co->step_timeout_ms, step_id, reqs, a,
-	                      replies, sts, st);
-	if (rv != ST_OK) {
-		for (int h = 0; h < hosts; h++)
-			failed[h] = sts[h].code != ST_OK;
-		release_everywhere(co, a, clients, out_handles, g->n_outputs, failed);
-		return rv;
-	}
-	if (report != NULL) {
-		report->step_id = step_id;
-		memcpy(report->sent_by_op, prog_c.sent_by_op, sizeof(prog_c.sent_by_op));
-		report->live = prog_c.live;
-		report->n_live = prog_c.n_live;
-	}
-	rep->step_id = step_id;
-	rep->output_handles = out_handles;
-	rep->n_output_handles = g->n_outputs;
-	rep->temp_bytes = plan.temp_bytes;
-	rep->output_bytes = plan.output_bytes;
-	rep->alias_bytes = plan.alias_bytes;
-	rep->argument_bytes = plan.argument_bytes;
-	rep->cores = arena_calloc(a, (size_t)world, sizeof(*rep->cores));
-	if (rep->cores == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	size_t n_timings = 0;
-	for (int h = 0; h < hosts; h++)
-		n_timings += ((Podemu__MemoryStatsReply *)replies[h])->n_timings;
-	rep->timings = arena_calloc(a, n_timings + 1, sizeof(*rep->timings));
-	if (rep->timings == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int h = 0; h < hosts; h++) {
-		Podemu__MemoryStatsReply *r = replies[h];
-		for (size_t k = 0; k < r->n_cores && rep->n_cores < (size_t)world; k++)
-			rep->cores[rep->n_cores++] = r->cores[k];
-		for (size_t k = 0; k < r->n_timings; k++)
-			rep->timings[rep->n_timings++] = r->timings[k];
-	}
-	/* The client counts nodes in its recorded order. */
-	int64_t *recorded_scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
-	if (recorded_scratch == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t i = 0; i < g->n_nodes; i++)
-		recorded_scratch[prog_c.order ? prog_c.order[i] : (int)i] = scratch[i];
-	rep->node_scratch_bytes = recorded_scratch;
-	rep->n_node_scratch_bytes = g->n_nodes;
-	pthread_mutex_lock(&co->reg.lock);
-	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)
-		rv = registry_add_handle(&co->reg, out_handles[k], &shapes[g->outputs[k]],
-		                         g->nodes[g->outputs[k]]->layout, st);
-	pthread_mutex_unlock(&co->reg.lock);
-	return rv;
-}
-
-static int h_execute_step(void *state, struct arena *a, const void *request, void *reply,
-                          struct status *st)
-{
-	struct coordinator *co = state;
-	const Podemu__StepRequest *req = request;
-	struct rpc_client **clients;
-	char **data_urls;
-	bool ran = false;
-	if (req->compile_only) { /* nothing is dispatched, so the pod need not be ready */
-		pthread_mutex_lock(&co->step_lock);
-		int rv = execute_locked(co, a, req, reply, NULL, NULL, &ran, NULL, st);
-		pthread_mutex_unlock(&co->step_lock);
-		return rv;
-	}
-	pthread_mutex_lock(&co->step_lock);
-	long long t0 = clock_now_us();
-	int rv = snapshot_hosts(co, a, &clients, &data_urls, st);
-	bool ready = rv == ST_OK;
-	struct step_report report = {0};
-	if (ready)
-		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, &report, st);
-	count_step(co, rv, (double)(clock_now_us() - t0) / 1e6, &report);
-	/* What the client released is gone whether or not the step worked. */
-	if (req->n_release_after > 0) {
-		if (ready && !ran)
-			release_everywhere(co, a, clients, req->release_after, req->n_release_after,
-			                   NULL);
-		pthread_mutex_lock(&co->reg.lock);
-		for (size_t k = 0; k < req->n_release_after; k++)
-			registry_remove_handle(&co->reg, req->release_after[k]);
-		pthread_mutex_unlock(&co->reg.lock);
-	}
-	pthread_mutex_unlock(&co->step_lock);
-	if (rv != ST_OK)
-		log_info("step failed: %s: %s", status_code_name(rv), st->message);
-	return rv;
 }
 
 static int h_create_buffer(void *state, struct arena *a, const void *request, void *reply,
