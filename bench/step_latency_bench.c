@@ -1,0 +1,81 @@
+/*
+ * Latency of cached steps through the client library: a small training-loop step (an
+ * all-reduce of a gradient and an update of the weights the client keeps) recorded and run
+ * again and again, as torch_xla's loop does after its first step; prints p50, p90, p99 and the
+ * mean of mark_step's wall time (the first, compiled, step is left out).
+ *
+ *   podemu up --topology v3-8 --backing none && podemu-bench-step-latency [STEPS] [ELEMENTS]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "podemu/podemu.h"
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int by_value(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	int steps = argc > 1 ? atoi(argv[1]) : 200;
+	int64_t n = argc > 2 ? atoll(argv[2]) : 1024;
+	if (steps < 2 || n < 1) {
+		fprintf(stderr, "usage: podemu-bench-step-latency [STEPS >= 2] [ELEMENTS]\n");
+		return 2;
+	}
+	pe_client *c;
+	if (pe_connect(&c, NULL) != PE_OK) {
+		fprintf(stderr, "connect: %s\n", pe_connect_error());
+		return 1;
+	}
+	pe_tensor *w = pe_full(c, PE_F32, &n, 1, 1.0);
+	double *us = calloc((size_t)steps, sizeof(double));
+	int hits = 0;
+	for (int i = 0; us != NULL && i <= steps; i++) {
+		/* grad = all-reduce(w * 0.5) / world; w = w - 0.01 grad */
+		pe_tensor *half = pe_full(c, PE_F32, &n, 1, 0.5);
+		pe_tensor *g = pe_multiply(w, half);
+		pe_release(half);
+		pe_tensor *r = pe_all_reduce(g, PE_REDUCE_SUM, 1.0 / pe_world_size(c), NULL);
+		pe_release(g);
+		pe_tensor *lr = pe_full(c, PE_F32, &n, 1, 0.01);
+		pe_tensor *step = pe_multiply(r, lr);
+		pe_release(lr);
+		pe_release(r);
+		pe_tensor *next = pe_subtract(w, step);
+		pe_release(step);
+		pe_release(w);
+		w = next;
+		double t0 = now_us();
+		if (pe_mark_step(c) != PE_OK) {
+			fprintf(stderr, "step %d: %s\n", i, pe_last_error(c));
+			return 1;
+		}
+		if (i > 0) /* the first step compiles; the others come from the program cache */
+			us[i - 1] = now_us() - t0;
+		hits += i > 0;
+	}
+	qsort(us, (size_t)steps, sizeof(double), by_value);
+	double sum = 0;
+	for (int i = 0; i < steps; i++)
+		sum += us[i];
+	printf("%s, %d cores on %d hosts: %d cached steps of an all-reduce of f32[%lld] and an "
+	       "update\n",
+	       pe_topology(c), pe_world_size(c), pe_num_hosts(c), hits, (long long)n);
+	printf("mark_step latency (us): p50 %.0f  p90 %.0f  p99 %.0f  mean %.0f  max %.0f\n",
+	       us[steps / 2], us[steps * 9 / 10], us[steps * 99 / 100], sum / steps, us[steps - 1]);
+	free(us);
+	pe_release(w);
+	pe_disconnect(c);
+	return 0;
+}
