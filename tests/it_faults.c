@@ -25,15 +25,38 @@ static pid_t agent_pid(int host)
 struct killer {
 	pid_t pid;
 	int sig;
-	int delay_ms;
+	int64_t bytes_used; /* kill once core 1 holds more than this: the step is on it */
 	double at;
 };
 
-static void *kill_later(void *arg)
+/*
+ * Kills the agent once the step has reached its core (the core's heap holds the step's output,
+ * allocated when the step is prepared), watched through a client of its own: on an event, not
+ * after a guess at how long the collective takes.
+ */
+static void *kill_when_running(void *arg)
 {
 	struct killer *k = arg;
-	struct timespec ts = {k->delay_ms / 1000, (long)(k->delay_ms % 1000) * 1000000};
-	nanosleep(&ts, NULL);
+	char url_file[512], url[256] = "";
+	snprintf(url_file, sizeof(url_file), "%s/coordinator.url", pod_state_dir);
+	FILE *f = fopen(url_file, "r");
+	if (f != NULL && fgets(url, sizeof(url), f) == NULL)
+		url[0] = '\0';
+	if (f != NULL)
+		fclose(f);
+	url[strcspn(url, "\n")] = '\0';
+	pe_client *watch = NULL;
+	if (pe_connect(&watch, url) == PE_OK) {
+		pe_memory_info m = {0};
+		for (int i = 0; i < 20000; i++) {
+			if (pe_memory_info_get(watch, 1, &m) == PE_OK &&
+			    m.bytes_used > k->bytes_used)
+				break;
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+		pe_disconnect(watch);
+	}
 	k->at = pod_now_s();
 	kill(k->pid, k->sig);
 	return NULL;
@@ -56,10 +79,10 @@ static void test_peer_killed_mid_collective(void **state)
 	pe_memory_info before;
 	assert_int_equal(pe_memory_info_get(c, 0, &before), PE_OK);
 	pe_tensor *y = pe_all_reduce(x, PE_REDUCE_SUM, 1.0, NULL);
-	struct killer k = {.pid = agent_pid(1), .sig = SIGKILL, .delay_ms = 300};
+	struct killer k = {.pid = agent_pid(1), .sig = SIGKILL, .bytes_used = before.bytes_used};
 	assert_true(k.pid > 0);
 	pthread_t t;
-	pthread_create(&t, NULL, kill_later, &k);
+	pthread_create(&t, NULL, kill_when_running, &k);
 	int rv = pe_mark_step(c);
 	double done = pod_now_s();
 	pthread_join(t, NULL);
