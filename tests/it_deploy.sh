@@ -10,7 +10,7 @@ deploy="$2"
 name=deploy
 source "$(dirname "$0")/pod_lib.sh"
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; cleanup' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; cleanup' EXIT
 
 python3 - "$deploy" <<'PY' || fail "deployment files"
 import os, re, sys, yaml

@@ -17,7 +17,7 @@ done
 source "$(dirname "$0")/pod_lib.sh"
 prom_pid=""
 holder=""
-trap 'for p in $prom_pid $holder; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; cleanup' EXIT
+trap 'for p in $prom_pid $holder; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; cleanup' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 get() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode(), end="")' "$1"; }
