@@ -64,13 +64,12 @@ static int check_element(struct step *s, int id, int k, const Podemu__BufferAssi
 }
 
 /* A node of a called computation: what it may be assigned, and what the pod runs. */
-static int check_nested(struct device *dev, struct step *s, int id, struct status *st)
+static int check_nested(struct step *s, int id, struct status *st)
 {
 	const Podemu__BufferAssignment *b = s->prog->buffers[id];
 	enum opcode op = s->ops[id];
 	int comp = s->comp_of[id];
 	int64_t bytes = shape_bytes(&s->shapes[id]);
-	(void)dev;
 	switch (b->kind) {
 	case PODEMU__BUFFER_KIND__BUFFER_CALLER:
 		if (op == OP_PARAMETER
@@ -139,7 +138,7 @@ int control_check(struct device *dev, struct step *s, struct status *st)
 	const Podemu__Program *p = s->prog;
 	int rv = check_order(s, st);
 	for (size_t id = s->n_entry; rv == ST_OK && id < s->n_total; id++)
-		rv = check_nested(dev, s, (int)id, st);
+		rv = check_nested(s, (int)id, st);
 	for (size_t id = 0; rv == ST_OK && id < s->n_total; id++) {
 		const Podemu__BufferAssignment *b = p->buffers[id];
 		if (!step_has_elements(s, (int)id))

@@ -196,13 +196,20 @@ struct body {
 static int record(pe_client *c, const char *name, const struct shape *sh, int n, int n_params,
                   const struct body *b)
 {
+	int count = n_params > 1 ? n_params : n;
+	pe_tensor **params = calloc((size_t)count + 1, sizeof(*params));
+	pe_tensor **results = calloc((size_t)b->n_results + 1, sizeof(*results));
+	if (params == NULL || results == NULL) {
+		free(params);
+		free(results);
+		client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		return -1;
+	}
 	struct saved sv;
 	begin(c, &sv);
-	pe_tensor *params[MAX_VALUES], *results[MAX_VALUES];
 	int rv = PE_OK, root = -1;
 	for (int k = 0; rv == PE_OK && k < n_params; k++)
 		rv = parameter(c, k, &sh[k], &params[n_params > 1 ? k : 0], n_params > 1 ? 1 : n);
-	int count = n_params > 1 ? n_params : n;
 	if (rv == PE_OK && b->cond != NULL) {
 		pe_tensor *pred = b->cond(params, count, b->ctx);
 		root = pred != NULL ? client_operand_of(pred) : -1;
@@ -210,13 +217,14 @@ static int record(pe_client *c, const char *name, const struct shape *sh, int n,
 			client_fail(c, ST_INVALID_ARGUMENT, "%s: the condition returned no tensor",
 			            name);
 	} else if (rv == PE_OK) {
-		memset(results, 0, sizeof(results[0]) * (size_t)b->n_results);
 		rv = b->fn(params, count, b->ctx, results, b->n_results);
 		if (rv != PE_OK && c->code == PE_OK)
 			client_fail(c, rv, "%s: the function failed with %s", name,
 			            pe_code_name(rv));
 		root = rv == PE_OK ? pack(c, results, b->n_results) : -1;
 	}
+	free(params);
+	free(results);
 	return end(c, &sv, name, root, root >= 0);
 }
 
@@ -286,19 +294,26 @@ int pe_call(pe_tensor *const *args, int n_args, pe_computation_fn fn, void *ctx,
 	if (fn == NULL || out == NULL || n_out < 1 || n_out > MAX_VALUES)
 		return client_fail(c, ST_INVALID_ARGUMENT,
 		                   "call: needs a function and its results");
-	int operands[MAX_VALUES];
-	struct shape shapes[MAX_VALUES];
-	for (int k = 0; k < n_args; k++) {
+	int *operands = calloc((size_t)n_args, sizeof(*operands));
+	struct shape *shapes = calloc((size_t)n_args, sizeof(*shapes));
+	int rv = operands && shapes ? PE_OK
+	                            : client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; rv == PE_OK && k < n_args; k++) {
 		if ((operands[k] = client_operand_of(args[k])) < 0)
-			return c->code;
+			rv = c->code;
 		shapes[k] = args[k]->shape;
 	}
 	struct body b = {.fn = fn, .ctx = ctx, .n_results = n_out};
-	int callee = n_args > 1 ? record(c, "callee", shapes, n_args, n_args, &b)
-	                        : record(c, "callee", shapes, 1, 1, &b);
-	if (callee < 0)
-		return c->code;
-	return control_node(c, OP_CALL, operands, n_args, &callee, 1, 0, out, n_out);
+	int callee = rv != PE_OK  ? -1
+	             : n_args > 1 ? record(c, "callee", shapes, n_args, n_args, &b)
+	                          : record(c, "callee", shapes, 1, 1, &b);
+	if (callee >= 0)
+		rv = control_node(c, OP_CALL, operands, n_args, &callee, 1, 0, out, n_out);
+	else if (rv == PE_OK)
+		rv = c->code;
+	free(operands);
+	free(shapes);
+	return rv;
 }
 
 int pe_conditional(pe_tensor *index, int n_branches, pe_tensor *const *const *branch_args,

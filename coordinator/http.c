@@ -131,6 +131,11 @@ static void reply_text(struct evhttp_request *req, int code, const char *type, c
 	evbuffer_free(b);
 }
 
+static void reply_string(struct evhttp_request *req, int code, const char *text)
+{
+	reply_text(req, code, "text/plain", text, strlen(text));
+}
+
 /* The last step's planned bytes live per core over its schedule, as JSON. */
 static void reply_timeline(struct http_server *h, struct evhttp_request *req)
 {
@@ -173,12 +178,12 @@ static void on_request(struct evhttp_request *req, void *arg)
 	if (!authorized(h, req)) {
 		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
 		                  "Bearer");
-		reply_text(req, 401, "text/plain", "the pod's token is required\n", 28);
+		reply_string(req, 401, "the pod's token is required\n");
 		return;
 	}
 	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
 	if (path == NULL || evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
-		reply_text(req, 405, "text/plain", "GET only\n", 9);
+		reply_string(req, 405, "GET only\n");
 		return;
 	}
 	if (strcmp(path, "/") == 0) {
@@ -192,7 +197,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if (!metrics && strcmp(path, "/api/status") != 0) {
-		reply_text(req, 404, "text/plain", "not found\n", 10);
+		reply_string(req, 404, "not found\n");
 		return;
 	}
 	struct arena *a = arena_new();

@@ -154,7 +154,7 @@ class Pod:
         return t
 
     # ---- control flow ----
-    def _record(self, fn, errors, results_wanted):
+    def _record(self, fn, errors):
         """A C callback recording computation fn over its parameter tensors."""
         def callback(args, n, ctx, results, n_results):
             try:
@@ -199,7 +199,7 @@ class Pod:
                 errors.append(e)
                 return None
         c = _lib.COND_FN(cond)
-        b = self._record(body_fn, errors, len(init))
+        b = self._record(body_fn, errors)
         arr = (_lib.P * len(init))(*[t._ptr for t in init])
         out = (_lib.P * len(init))()
         self._run_recording(lambda: lib.pe_while_loop(arr, len(init), c, b, None,
@@ -210,7 +210,7 @@ class Pod:
         """XLA's Call: fn(*args) records the callee; its results (a list)."""
         args = list(args)
         errors = []
-        f = self._record(fn, errors, n_results)
+        f = self._record(fn, errors)
         arr = (_lib.P * len(args))(*[t._ptr for t in args])
         out = (_lib.P * n_results)()
         self._run_recording(lambda: lib.pe_call(arr, len(args), f, None, out, n_results),
@@ -222,7 +222,7 @@ class Pod:
         branches, a list of (fn, [args]), runs; the results (a list)."""
         errors = []
         fns = (_lib.COMPUTATION_FN * len(branches))(
-            *[self._record(fn, errors, n_results) for fn, _ in branches])
+            *[self._record(fn, errors) for fn, _ in branches])
         args = [(_lib.P * len(a))(*[t._ptr for t in a]) for _, a in branches]
         arg_ptrs = (ctypes.POINTER(_lib.P) * len(branches))(
             *[ctypes.cast(a, ctypes.POINTER(_lib.P)) for a in args])
