@@ -6,6 +6,8 @@
 #ifndef PODEMU_CLIENT_H
 #define PODEMU_CLIENT_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,8 +26,22 @@ struct pe_tensor {
 	int recording;   /* where it was made: 0 the entry, else a computation being recorded */
 };
 
+/* How long the library waits for a short call to the coordinator. */
+#define CALL_TIMEOUT_MS 60000
+/* Longest host or program name a session carries. */
+#define SESSION_TEXT_MAX 64
+
 struct pe_client {
 	struct rpc_client *rpc;
+	/* The session that owns every buffer this client makes (session.c). */
+	uint64_t session; /* written by the caller's thread under keeper_lock */
+	int lease_ms;
+	uint64_t coordinator_epoch; /* the coordinator process that knows the session */
+	pthread_t keeper;
+	pthread_mutex_t keeper_lock;
+	pthread_cond_t keeper_cv;
+	bool keeper_stop, keeper_running;
+	bool closing; /* pe_disconnect: the session's end frees the buffers */
 	int code;
 	char error[STATUS_MESSAGE_MAX + 64];
 	char topology[64];
@@ -84,6 +100,14 @@ pe_tensor *client_unary(pe_tensor *a, Podemu__Node *n);
 int client_operand_of(pe_tensor *t);
 /* The n tensors of node index's value: its elements (a tuple), else itself (control.c). */
 int client_unpack(pe_client *c, int index, pe_tensor **out, int n);
+/* Opens c's session and starts renewing it; closes it (freeing its buffers everywhere). */
+int client_session_open(pe_client *c, struct status *st);
+void client_session_close(pe_client *c);
+/*
+ * A coordinator answered with coordinator_epoch: when it is another process than the one that
+ * knows c's session (it restarted, and the session died with it), c opens a new session there.
+ */
+int client_session_follow(pe_client *c, uint64_t coordinator_epoch, struct status *st);
 /* The computations of the pending graph (control.c), freed with it. */
 void client_computations_free(pe_client *c);
 

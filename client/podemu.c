@@ -17,7 +17,6 @@
 #include "statedir.h"
 #include "status.h"
 
-#define CALL_TIMEOUT_MS 60000
 #define STEP_TIMEOUT_MS (3600 * 1000)
 
 static _Thread_local char connect_error[STATUS_MESSAGE_MAX + 64];
@@ -105,6 +104,13 @@ int pe_wait_ready(pe_client *c, int timeout_ms)
 		void *reply;
 		int rv = call(c, CM_GET_STATUS, &req, &a, &reply, CALL_TIMEOUT_MS);
 		bool ready = rv == ST_OK && ((Podemu__PodStatus *)reply)->ready;
+		struct status sst;
+		if (ready &&
+		    client_session_follow(c, ((Podemu__PodStatus *)reply)->coordinator_epoch,
+		                          &sst) != ST_OK) {
+			ready = false;
+			snprintf(why, sizeof(why), "cannot open a session: %s", sst.message);
+		}
 		if (rv == ST_OK && !ready)
 			snprintf(why, sizeof(why), "%s", ((Podemu__PodStatus *)reply)->reason);
 		else if (rv != ST_OK)
@@ -164,6 +170,8 @@ int pe_connect(pe_client **out, const char *url)
 		rv = status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	if (rv == ST_OK && graph_reset(c) != ST_OK)
 		rv = status_set(&st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if (rv == ST_OK)
+		rv = client_session_open(c, &st);
 	if (rv == ST_OK) {
 		Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
 		struct arena *a;
@@ -187,6 +195,7 @@ int pe_connect(pe_client **out, const char *url)
 	if (rv != ST_OK) {
 		snprintf(connect_error, sizeof(connect_error), "%s: %s", status_code_name(rv),
 		         st.message);
+		client_session_close(c);
 		rpc_client_close(c->rpc);
 		arena_free(c->graph_arena);
 		arena_free(c->long_arena);
@@ -201,18 +210,11 @@ void pe_disconnect(pe_client *c)
 {
 	if (c == NULL)
 		return;
+	/* Closing the session frees every buffer it owns, on every host, in one call. */
+	c->closing = true;
 	while (c->tensors != NULL)
 		pe_release(c->tensors);
-	if (c->num_release > 0) {
-		/* Buffers that only the abandoned graph still read. */
-		Podemu__ReleaseRequest req = PODEMU__RELEASE_REQUEST__INIT;
-		req.handles = c->release_after;
-		req.n_handles = c->num_release;
-		struct arena *a;
-		void *reply;
-		call(c, CM_RELEASE, &req, &a, &reply, CALL_TIMEOUT_MS);
-		arena_free(a);
-	}
+	client_session_close(c);
 	rpc_client_close(c->rpc);
 	client_computations_free(c);
 	arena_free(c->graph_arena);
@@ -402,6 +404,7 @@ pe_tensor *pe_upload_layout(pe_client *c, pe_dtype dtype, const int64_t *dims, i
 		return NULL;
 	}
 	Podemu__CreateBufferRequest req = PODEMU__CREATE_BUFFER_REQUEST__INIT;
+	req.session = c->session;
 	req.shape = ps;
 	if (layout != NULL)
 		req.layout = (char *)layout;
@@ -434,6 +437,7 @@ pe_tensor *pe_upload_layout(pe_client *c, pe_dtype dtype, const int64_t *dims, i
 			                  : RPC_TRANSFER_CHUNK_BYTES;
 			Podemu__TransferToDeviceRequest tr =
 			    PODEMU__TRANSFER_TO_DEVICE_REQUEST__INIT;
+			tr.session = c->session;
 			tr.handle = handle;
 			tr.ordinal = core;
 			tr.offset = off;
@@ -458,7 +462,10 @@ pe_tensor *pe_upload_layout(pe_client *c, pe_dtype dtype, const int64_t *dims, i
 
 static int release_handles(pe_client *c, uint64_t *handles, size_t n)
 {
+	if (c->closing)
+		return ST_OK;
 	Podemu__ReleaseRequest req = PODEMU__RELEASE_REQUEST__INIT;
+	req.session = c->session;
 	req.handles = handles;
 	req.n_handles = n;
 	struct arena *a;
@@ -572,6 +579,7 @@ int pe_mark_step(pe_client *c)
 		return rv;
 	int num_outputs = (int)p.graph.n_outputs;
 	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
+	req.session = c->session;
 	req.graph = &p.graph;
 	req.release_after = c->release_after;
 	req.n_release_after = c->num_release;
@@ -609,6 +617,7 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 		return rv;
 	free(p.holders);
 	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
+	req.session = c->session;
 	req.graph = &p.graph;
 	req.compile_only = true;
 	/* What mark_step would release may be donated to its outputs: the same plan. */
@@ -665,6 +674,7 @@ int pe_fetch(pe_tensor *t, int ordinal, void *dst, size_t dst_bytes)
 	int64_t off = 0;
 	do {
 		Podemu__TransferFromDeviceRequest req = PODEMU__TRANSFER_FROM_DEVICE_REQUEST__INIT;
+		req.session = c->session;
 		req.handle = t->handle;
 		req.ordinal = ordinal;
 		req.offset = off;

@@ -41,6 +41,20 @@ void pod_status_json(FILE *f, const Podemu__PodStatus *ps, const char *coordinat
 		fprintf(f, ", \"rss_bytes\": %lld, \"accounted_bytes\": %lld}",
 		        (long long)h->rss_bytes, (long long)h->accounted_bytes);
 	}
+	fprintf(f, "], \"sessions\": [");
+	for (size_t i = 0; i < ps->n_sessions; i++) {
+		const Podemu__SessionInfo *s = ps->sessions[i];
+		fprintf(f, "%s{\"id\": %llu, \"pid\": %d, \"name\": ", i ? ", " : "",
+		        (unsigned long long)s->id, s->pid);
+		json_string(f, s->name);
+		fprintf(f, ", \"host_name\": ");
+		json_string(f, s->host_name);
+		fprintf(f,
+		        ", \"started_unix_ms\": %lld, \"lease_ms\": %d, \"buffers\": %d, "
+		        "\"bytes_per_core\": %lld}",
+		        (long long)s->started_unix_ms, s->lease_ms, s->buffers,
+		        (long long)s->bytes_per_core);
+	}
 	fprintf(f, "], \"cores\": [");
 	for (size_t i = 0; i < ps->n_cores; i++) {
 		const Podemu__CoreMemory *m = ps->cores[i];

@@ -53,7 +53,8 @@ int fan_call(struct coordinator *co, struct rpc_client **clients, unsigned metho
              const void *const *requests, struct arena *a, void **replies, struct status *sts,
              int timeout_ms, struct status *st)
 {
-	return fan_call_watched(co, clients, method, timeout_ms, 0, requests, a, replies, sts, st);
+	return fan_call_watched(co, clients, method, timeout_ms, 0, 0, requests, a, replies, sts,
+	                        st);
 }
 
 /* One call to one host, given up (UNAVAILABLE) if the host is lost or restarts meanwhile. */
@@ -94,6 +95,8 @@ struct step_watch {
 	struct rpc_cancel *cancels;
 	const void *const *requests; /* [host]: NULL for a host not called */
 	uint64_t step_id;
+	uint64_t session; /* the client session of the step; 0: none */
+	bool session_ended;
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
 	int done;
@@ -216,6 +219,27 @@ out:
 	free(computing);
 }
 
+/*
+ * The step's session ended (its client is gone): the step is cancelled on every host, as
+ * torch_xla's computations die with their process. Called with w->lock held; returns with it.
+ */
+static void watch_session_ended(struct step_watch *w)
+{
+	int hosts = w->co->reg.topo.num_hosts;
+	char reason[256];
+	snprintf(reason, sizeof(reason), "session %llu ended; step %llu is cancelled",
+	         (unsigned long long)w->session, (unsigned long long)w->step_id);
+	log_warn("%s", reason);
+	pthread_mutex_unlock(&w->lock);
+	for (int h = 0; h < hosts; h++)
+		if (w->requests[h] != NULL && !w->answered[h])
+			abort_on_host(w, h, ST_CANCELLED, reason, NULL);
+	for (int h = 0; h < hosts; h++)
+		if (w->requests[h] != NULL)
+			rpc_cancel_fire(&w->cancels[h], reason);
+	pthread_mutex_lock(&w->lock);
+}
+
 static void *watch_main(void *arg)
 {
 	struct step_watch *w = arg;
@@ -240,6 +264,8 @@ static void *watch_main(void *arg)
 		int lost = -1;
 		bool restarted = false;
 		pthread_mutex_lock(&reg->lock);
+		if (w->session != 0 && !session_is_open(reg, w->session))
+			w->session_ended = true;
 		for (int h = 0; h < hosts && lost < 0; h++)
 			if (w->requests[h] != NULL &&
 			    (!reg->hosts[h].alive || reg->hosts[h].client != w->clients[h])) {
@@ -247,6 +273,10 @@ static void *watch_main(void *arg)
 				restarted = reg->hosts[h].alive;
 			}
 		pthread_mutex_unlock(&reg->lock);
+		if (w->session_ended) {
+			watch_session_ended(w);
+			break;
+		}
 		if (lost < 0)
 			continue;
 		char reason[512], step[64] = "";
@@ -279,8 +309,9 @@ static void *watch_main(void *arg)
 
 /* fan_call for a step's phases, watching the hosts while it runs. */
 int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsigned method,
-                     int timeout_ms, uint64_t step_id, const void *const *requests, struct arena *a,
-                     void **replies, struct status *sts, struct status *st)
+                     int timeout_ms, uint64_t step_id, uint64_t session,
+                     const void *const *requests, struct arena *a, void **replies,
+                     struct status *sts, struct status *st)
 {
 	int n = co->reg.topo.num_hosts;
 	struct rpc_cancel *cancels = arena_calloc(a, (size_t)n, sizeof(*cancels));
@@ -293,6 +324,7 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 	                       .cancels = cancels,
 	                       .requests = requests,
 	                       .step_id = step_id,
+	                       .session = session,
 	                       .answered = arena_calloc(a, (size_t)n, sizeof(bool)),
 	                       .timed_out = -1};
 	if (w.answered == NULL)
@@ -328,6 +360,9 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 	for (int h = 0; h < n; h++)
 		rpc_cancel_destroy(&cancels[h]);
 	/* The cause first: a timed-out collective or a lost host; the others only echo it. */
+	if (w.session_ended)
+		return status_set(st, ST_CANCELLED, "session %llu ended; step %llu is cancelled",
+		                  (unsigned long long)session, (unsigned long long)step_id);
 	if (w.timed_out >= 0)
 		return status_set(st, ST_DEADLINE_EXCEEDED, "%s", w.deadline.message);
 	for (int h = 0; h < n; h++)

@@ -23,11 +23,13 @@ int fan_call(struct coordinator *co, struct rpc_client **clients, unsigned metho
 /*
  * fan_call for a step's phases (step_id), watching the hosts while it runs: a lost host fails
  * the step everywhere at once, and a collective that timed out on one host is aborted
- * everywhere with the cores that never arrived at it (DEADLINE_EXCEEDED names them).
+ * everywhere with the cores that never arrived at it (DEADLINE_EXCEEDED names them). When the
+ * step's client session (0: none) ends, the step is aborted everywhere (CANCELLED).
  */
 int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsigned method,
-                     int timeout_ms, uint64_t step_id, const void *const *requests, struct arena *a,
-                     void **replies, struct status *sts, struct status *st);
+                     int timeout_ms, uint64_t step_id, uint64_t session,
+                     const void *const *requests, struct arena *a, void **replies,
+                     struct status *sts, struct status *st);
 
 /* One call to one host; *reply from a. */
 int call_host(struct coordinator *co, int host, struct rpc_client *client, unsigned method,

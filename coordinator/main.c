@@ -15,6 +15,7 @@
 #include "podemu.pb-c.h"
 #include "http.h"
 #include "service.h"
+#include "sessions.h"
 #include "tls.h"
 #include "token.h"
 #include "topology.h"
@@ -33,6 +34,8 @@ static void usage(FILE *f)
 	    "  --chunk-bytes SIZE         collective chunk size (default 4M)\n"
 	    "  --collective-timeout-ms N  a collective fails after N ms (default 120000)\n"
 	    "  --heartbeat-timeout-ms N   a host that is silent this long is lost (default 3000)\n"
+	    "  --session-lease-ms N       a client session that renews nothing this long ends\n"
+	    "                             and its buffers are freed (default 3000)\n"
 	    "  --collective-algo NAME     force ring, bidirectional-ring, direct,\n"
 	    "                             recursive-doubling or hierarchical where it\n"
 	    "                             applies (also PODEMU_COLLECTIVE_ALGO)\n"
@@ -105,6 +108,7 @@ int main(int argc, char **argv)
 	    {"chunk-bytes", required_argument, NULL, 'c'},
 	    {"collective-timeout-ms", required_argument, NULL, 'T'},
 	    {"heartbeat-timeout-ms", required_argument, NULL, 'B'},
+	    {"session-lease-ms", required_argument, NULL, 'E'},
 	    {"collective-algo", required_argument, NULL, 'A'},
 	    {"window", required_argument, NULL, 'W'},
 	    {"combine-threshold-bytes", required_argument, NULL, 'K'},
@@ -124,6 +128,7 @@ int main(int argc, char **argv)
 	const char *combine_text = "30M", *scheduler = "memory-aware", *fusion = "elementwise",
 	           *layout = "tpu";
 	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
+	int session_lease = SESSION_DEFAULT_LEASE_MS;
 	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
 	struct daemon_trust trust = {0};
 	enum log_level level = LOG_INFO;
@@ -156,6 +161,9 @@ int main(int argc, char **argv)
 			break;
 		case 'B':
 			heartbeat_timeout = atoi(optarg);
+			break;
+		case 'E':
+			session_lease = atoi(optarg);
 			break;
 		case 'A':
 			algo = optarg;
@@ -240,7 +248,8 @@ int main(int argc, char **argv)
 		    "unknown collective algorithm '%s' (ring, bidirectional-ring, direct, "
 		    "recursive-doubling, hierarchical)",
 		    algo);
-	if (rv == ST_OK && (collective_timeout < 100 || heartbeat_timeout < 100))
+	if (rv == ST_OK &&
+	    (collective_timeout < 100 || heartbeat_timeout < 100 || session_lease < 100))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "timeouts must be at least 100 ms");
 	if (rv != ST_OK) {
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
@@ -259,6 +268,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	pthread_mutex_init(&co.step_lock, NULL);
+	co.reg.session_lease_ms = session_lease;
 	snprintf(co.reg.token, sizeof(co.reg.token), "%s", token);
 	co.chunk_bytes = chunk;
 	co.collective_timeout_ms = collective_timeout;
@@ -273,8 +283,12 @@ int main(int argc, char **argv)
 
 	struct rpc_server *server;
 	char bound[256];
+	/*
+	 * Workers enough that renewals are answered while many clients wait for the step lock;
+	 * a session whose renewals queue behind them would end while its client lives.
+	 */
 	if (rpc_server_start(&server, listen_url, &podemu__coordinator__descriptor,
-	                     coordinator_handlers, &co, 8, token, bound, &st) != ST_OK) {
+	                     coordinator_handlers, &co, 32, token, bound, &st) != ST_OK) {
 
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 1;
@@ -290,12 +304,18 @@ int main(int argc, char **argv)
 	}
 
 	pthread_mutex_init(&co.metrics.lock, NULL);
+	if (sessions_start_reaper(&co, &st) != ST_OK) {
+		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+		rpc_server_stop(server);
+		return 1;
+	}
 	struct http_server *http = NULL;
 	if (http_listen != NULL) {
 		char url[300];
 		if (http_start(&http, &co, http_listen, token, bound, url, sizeof(url), &st) !=
 		    ST_OK) {
 			fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+			sessions_stop_reaper(&co);
 			rpc_server_stop(server);
 			return 1;
 		}
@@ -319,6 +339,7 @@ int main(int argc, char **argv)
 	event_free(sigint);
 	event_base_free(ls.base);
 	http_stop(http);
+	sessions_stop_reaper(&co);
 	rpc_server_stop(server);
 	registry_destroy(&co.reg);
 	cache_free(&co.cache);

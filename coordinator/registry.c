@@ -33,6 +33,8 @@ int registry_init(struct registry *r, const struct topology *topo, int heartbeat
 	r->next_handle = (r->epoch << HANDLE_EPOCH_SHIFT) | 1;
 	r->next_incarnation = (uint64_t)time(NULL) << 20;
 	r->heartbeat_timeout_ms = heartbeat_timeout_ms;
+	r->session_lease_ms = SESSION_DEFAULT_LEASE_MS;
+	r->next_session = 1;
 	pthread_mutex_init(&r->lock, NULL);
 	return ST_OK;
 }
@@ -46,6 +48,8 @@ void registry_destroy(struct registry *r)
 	free(r->retired);
 	free(r->hosts);
 	free(r->handles);
+	free(r->slots);
+	free(r->sessions);
 	pthread_mutex_destroy(&r->lock);
 }
 
@@ -210,73 +214,4 @@ bool registry_ready_locked(struct registry *r, struct status *st)
 	           "pod %s is not ready: %d of %d hosts registered, %d alive (host %d missing)",
 	           r->topo.name, registered, r->topo.num_hosts, alive, first_missing);
 	return false;
-}
-
-struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle)
-{
-	for (int i = 0; i < r->num_handles; i++)
-		if (r->handles[i].handle == handle)
-			return &r->handles[i];
-	return NULL;
-}
-
-int registry_add_handle(struct registry *r, uint64_t handle, const struct shape *shape,
-                        const char *layout, struct status *st)
-{
-	if (layout != NULL && strlen(layout) >= LAYOUT_TEXT_MAX)
-		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "layout %.40s...: longer than %d characters", layout,
-		                  LAYOUT_TEXT_MAX - 1);
-	if (r->num_handles == r->cap_handles) {
-		int cap = r->cap_handles ? r->cap_handles * 2 : 64;
-		struct handle_entry *e = realloc(r->handles, (size_t)cap * sizeof(*e));
-		if (e == NULL)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		r->handles = e;
-		r->cap_handles = cap;
-	}
-	struct handle_entry *e = &r->handles[r->num_handles++];
-	*e = (struct handle_entry){.handle = handle, .shape = *shape};
-	snprintf(e->layout, sizeof(e->layout), "%s", layout != NULL ? layout : "");
-	return ST_OK;
-}
-
-void registry_remove_handle(struct registry *r, uint64_t handle)
-{
-	struct handle_entry *e = registry_find_handle(r, handle);
-	if (e != NULL)
-		*e = r->handles[--r->num_handles];
-}
-
-int registry_unknown_handle(const struct registry *r, uint64_t handle, struct status *st)
-{
-	if (handle >> HANDLE_EPOCH_SHIFT != r->epoch)
-		return status_set(
-		    st, ST_NOT_FOUND,
-		    "device buffer %llu was made by an earlier coordinator process (the "
-		    "coordinator restarted); its data is gone",
-		    (unsigned long long)handle);
-	return status_set(st, ST_NOT_FOUND,
-	                  "unknown device buffer %llu (never created, or released)",
-	                  (unsigned long long)handle);
-}
-
-struct handle_entry *registry_use_handle(struct registry *r, uint64_t handle, struct status *st)
-{
-	struct handle_entry *e = registry_find_handle(r, handle);
-	if (e == NULL) {
-		registry_unknown_handle(r, handle, st);
-		return NULL;
-	}
-	int cph = r->topo.cores_per_host;
-	for (int h = 0; h < r->topo.num_hosts; h++)
-		if (handle < r->hosts[h].data_floor) {
-			status_set(
-			    st, ST_DATA_LOSS,
-			    "device buffer %llu lost its shards on host %d (cores %d..%d) when "
-			    "that host's agent restarted; release it and compute it again",
-			    (unsigned long long)handle, h, h * cph, (h + 1) * cph - 1);
-			return NULL;
-		}
-	return e;
 }

@@ -36,17 +36,50 @@ struct host {
 
 struct handle_entry {
 	uint64_t handle;
+	uint64_t session; /* the client session that owns it */
+	int64_t bytes;    /* what each core's heap charges for it */
 	struct shape shape;
 	char layout[LAYOUT_TEXT_MAX]; /* as written; "" is the pod's layout */
+};
+
+/* A client session (sessions.c): it owns device buffers, which end with it. */
+enum session_state {
+	SESSION_OPEN,
+	SESSION_ENDING, /* its lease ran out or it closed: its buffers are being freed */
+	SESSION_ENDED,  /* kept a while to say why a late request fails */
+};
+
+#define SESSION_NAME_MAX 64
+/* A session that renews nothing for this long ends (podemu-coordinator --session-lease-ms). */
+#define SESSION_DEFAULT_LEASE_MS 3000
+
+struct session {
+	uint64_t id;
+	int pid;
+	char host_name[SESSION_NAME_MAX];
+	char name[SESSION_NAME_MAX];
+	int64_t started_unix_ms;
+	int64_t last_seen_ms; /* monotonic: the last request that carried it */
+	int lease_ms;
+	enum session_state state;
+	char end_reason[160];
 };
 
 struct registry {
 	pthread_mutex_t lock;
 	struct topology topo;
 	struct host *hosts;
+	/* Device buffers (handles.c): dense entries and an open-addressing index over them. */
 	struct handle_entry *handles;
 	int num_handles;
 	int cap_handles;
+	int *slots; /* entry index + 1; 0 is empty */
+	size_t num_slots;
+	/* Client sessions (sessions.c). */
+	struct session *sessions;
+	int num_sessions, cap_sessions;
+	uint64_t next_session;
+	int session_lease_ms; /* the lease of a session that does not ask for one */
 	uint64_t epoch;       /* this coordinator process; also the top bits of its handles */
 	uint64_t next_handle; /* epoch << HANDLE_EPOCH_SHIFT | counter */
 	uint64_t next_incarnation;
@@ -81,22 +114,49 @@ void registry_expire(struct registry *r);
 /* True when every host is registered and alive; otherwise st says what is missing. Lock held. */
 bool registry_ready_locked(struct registry *r, struct status *st);
 
-/* Handle table (lock held). find returns NULL when unknown. */
+/* Handle table (handles.c, lock held). find returns NULL when unknown. */
 struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle);
-/* layout: NULL or "" for the pod's layout; at most LAYOUT_TEXT_MAX - 1 characters. */
-int registry_add_handle(struct registry *r, uint64_t handle, const struct shape *shape,
-                        const char *layout, struct status *st);
+/*
+ * A new buffer of an open session (CANCELLED when the session is ending: what it owns is being
+ * freed). layout: NULL or "" for the pod's layout; at most LAYOUT_TEXT_MAX - 1 characters.
+ */
+int registry_add_handle(struct registry *r, uint64_t handle, uint64_t session, int64_t bytes,
+                        const struct shape *shape, const char *layout, struct status *st);
 void registry_remove_handle(struct registry *r, uint64_t handle);
 
 /*
- * The entry for a handle a request uses (lock held), or NULL with st set: NOT_FOUND for a handle
- * this coordinator never made (another coordinator process made it, or it was released), and
- * DATA_LOSS when a host that held a shard of it restarted since.
+ * The entry for a handle that session uses (lock held), or NULL with st set: NOT_FOUND for a
+ * handle this coordinator never made (another coordinator process made it, or it was
+ * released) or that another session owns, and DATA_LOSS when a host that held a shard of it
+ * restarted since.
  */
-struct handle_entry *registry_use_handle(struct registry *r, uint64_t handle, struct status *st);
+struct handle_entry *registry_use_handle(struct registry *r, uint64_t handle, uint64_t session,
+                                         struct status *st);
 
-/* NOT_FOUND for a handle the table does not have, saying why as well as it can. */
-int registry_unknown_handle(const struct registry *r, uint64_t handle, struct status *st);
+/* NOT_FOUND for a handle session cannot use, saying why as well as it can. */
+int registry_unknown_handle(const struct registry *r, uint64_t handle, uint64_t session,
+                            struct status *st);
+
+/*
+ * Sessions (sessions.c, lock held). open: lease_ms 0 takes the registry's default; *id set.
+ * use: the session is open (INVALID_ARGUMENT for none, NOT_FOUND for one unknown or ended,
+ * saying why) and its lease starts again. is_open: for watchers of its steps.
+ */
+int session_open(struct registry *r, int pid, const char *host_name, const char *name, int lease_ms,
+                 uint64_t *id, struct status *st);
+int session_use(struct registry *r, uint64_t id, struct status *st);
+bool session_is_open(const struct registry *r, uint64_t id);
+/* Open sessions whose lease ran out before now become ENDING; up to max of their ids. */
+int session_expire(struct registry *r, int64_t now_ms, uint64_t *ids, int max);
+/* An open session starts to end (CloseSession); NOT_FOUND as session_use. */
+int session_begin_end(struct registry *r, uint64_t id, const char *reason, struct status *st);
+/*
+ * An ENDING session's buffers leave the table into out (room for r->num_handles; NULL when it
+ * owns none) and it is ENDED; returns how many.
+ */
+size_t session_take_handles(struct registry *r, uint64_t id, uint64_t *out);
+/* Buffers and bytes per core that session owns. */
+void session_usage(const struct registry *r, uint64_t id, int *buffers, int64_t *bytes);
 
 int64_t registry_now_ms(void);
 

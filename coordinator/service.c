@@ -14,6 +14,7 @@
 #include "log.h"
 #include "podemu.pb-c.h"
 #include "services.h"
+#include "sessions.h"
 #include "steps.h"
 
 /*
@@ -121,6 +122,27 @@ int coordinator_status(struct coordinator *co, struct arena *a, bool memory, Pod
 	return coordinator_handlers[CM_GET_STATUS](co, a, &req, out, &st);
 }
 
+/* The sessions that are open (or ending) with what they own, into rep (registry lock held). */
+static void list_sessions(const struct registry *r, struct arena *a, Podemu__PodStatus *rep)
+{
+	rep->sessions = arena_calloc(a, (size_t)r->num_sessions + 1, sizeof(*rep->sessions));
+	for (int i = 0; rep->sessions != NULL && i < r->num_sessions; i++) {
+		const struct session *s = &r->sessions[i];
+		Podemu__SessionInfo *si = arena_alloc(a, sizeof(*si));
+		if (s->state == SESSION_ENDED || si == NULL)
+			continue;
+		podemu__session_info__init(si);
+		si->id = s->id;
+		si->pid = s->pid;
+		si->host_name = arena_strdup(a, s->host_name);
+		si->name = arena_strdup(a, s->name);
+		si->started_unix_ms = s->started_unix_ms;
+		si->lease_ms = s->lease_ms;
+		session_usage(r, s->id, &si->buffers, &si->bytes_per_core);
+		rep->sessions[rep->n_sessions++] = si;
+	}
+}
+
 static int h_get_status(void *state, struct arena *a, const void *request, void *reply,
                         struct status *st)
 {
@@ -129,6 +151,7 @@ static int h_get_status(void *state, struct arena *a, const void *request, void 
 	Podemu__PodStatus *rep = reply;
 	const struct topology *t = &co->reg.topo;
 	rep->topology = arena_strdup(a, t->name);
+	rep->coordinator_epoch = co->reg.epoch;
 	rep->world_size = topology_world_size(t);
 	rep->num_hosts = t->num_hosts;
 	rep->cores_per_host = t->cores_per_host;
@@ -155,6 +178,7 @@ static int h_get_status(void *state, struct arena *a, const void *request, void 
 		hi->alive = src->registered && src->alive;
 		rep->hosts[rep->n_hosts++] = hi;
 	}
+	list_sessions(&co->reg, a, rep);
 	pthread_mutex_unlock(&co->reg.lock);
 	if (req->memory && rep->ready) {
 		struct rpc_client **clients;
@@ -193,6 +217,19 @@ void release_everywhere(struct coordinator *co, struct arena *a, struct rpc_clie
 	fan_call(co, clients, AM_RELEASE, reqs, a, replies, sts, co->agent_timeout_ms, &st);
 }
 
+void release_on_live_hosts(struct coordinator *co, struct arena *a, uint64_t *handles, size_t n)
+{
+	int hosts = co->reg.topo.num_hosts;
+	struct rpc_client **clients = arena_calloc(a, (size_t)hosts, sizeof(*clients));
+	if (clients == NULL || n == 0)
+		return;
+	pthread_mutex_lock(&co->reg.lock);
+	for (int h = 0; h < hosts; h++)
+		clients[h] = co->reg.hosts[h].client;
+	pthread_mutex_unlock(&co->reg.lock);
+	release_everywhere(co, a, clients, handles, n, NULL);
+}
+
 static int h_create_buffer(void *state, struct arena *a, const void *request, void *reply,
                            struct status *st)
 {
@@ -212,8 +249,11 @@ static int h_create_buffer(void *state, struct arena *a, const void *request, vo
 	if ((rv = snapshot_hosts(co, a, &clients, NULL, st)) != ST_OK)
 		goto out;
 	pthread_mutex_lock(&co->reg.lock);
+	rv = session_use(&co->reg, req->session, st);
 	uint64_t handle = co->reg.next_handle++;
 	pthread_mutex_unlock(&co->reg.lock);
+	if (rv != ST_OK)
+		goto out;
 	Podemu__CreateBufferRequest *fwd = arena_alloc(a, sizeof(*fwd));
 	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
 	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
@@ -227,6 +267,7 @@ static int h_create_buffer(void *state, struct arena *a, const void *request, vo
 	fwd->shape = req->shape;
 	fwd->handle = handle;
 	fwd->layout = req->layout;
+	fwd->session = req->session;
 	if ((rv = graph_value_bytes(&fwd->bytes, &shape, req->layout, co->tiled, a, st)) != ST_OK)
 		goto out;
 	if (req->layout != NULL && strlen(req->layout) >= LAYOUT_TEXT_MAX) {
@@ -245,8 +286,11 @@ static int h_create_buffer(void *state, struct arena *a, const void *request, vo
 		goto out;
 	}
 	pthread_mutex_lock(&co->reg.lock);
-	rv = registry_add_handle(&co->reg, handle, &shape, req->layout, st);
+	rv = registry_add_handle(&co->reg, handle, req->session, fwd->bytes, &shape, req->layout,
+	                         st);
 	pthread_mutex_unlock(&co->reg.lock);
+	if (rv != ST_OK)
+		release_everywhere(co, a, clients, &handle, 1, NULL);
 	rep->handle = handle;
 out:
 	pthread_mutex_unlock(&co->step_lock);
@@ -254,18 +298,21 @@ out:
 }
 
 /* Finds the agent that owns ordinal and checks handle and range. */
-static int route_transfer(struct coordinator *co, uint64_t handle, int ordinal, int64_t offset,
-                          int64_t len, struct rpc_client **client, int *host, struct status *st)
+static int route_transfer(struct coordinator *co, uint64_t session, uint64_t handle, int ordinal,
+                          int64_t offset, int64_t len, struct rpc_client **client, int *host,
+                          struct status *st)
 {
 	int world = topology_world_size(&co->reg.topo);
 	if (ordinal < 0 || ordinal >= world)
 		return status_set(st, ST_INVALID_ARGUMENT, "core %d is out of range [0, %d)",
 		                  ordinal, world);
 	pthread_mutex_lock(&co->reg.lock);
-	int rv = ST_OK;
-	struct handle_entry *e = registry_use_handle(&co->reg, handle, st);
+	int rv = session_use(&co->reg, session, st);
+	struct handle_entry *e =
+	    rv == ST_OK ? registry_use_handle(&co->reg, handle, session, st) : NULL;
 	struct status rst;
-	if (e == NULL) {
+	if (rv != ST_OK) {
+	} else if (e == NULL) {
 		rv = st->code;
 	} else {
 		int64_t total = shape_bytes(&e->shape);
@@ -293,8 +340,8 @@ static int h_transfer_to_device(void *state, struct arena *a, const void *reques
 	struct rpc_client *client;
 	pthread_mutex_lock(&co->step_lock);
 	int host;
-	int rv = route_transfer(co, req->handle, req->ordinal, req->offset, (int64_t)req->data.len,
-	                        &client, &host, st);
+	int rv = route_transfer(co, req->session, req->handle, req->ordinal, req->offset,
+	                        (int64_t)req->data.len, &client, &host, st);
 	void *ignored;
 	if (rv == ST_OK)
 		rv = call_host(co, host, client, AM_TRANSFER_TO_DEVICE, req, a, &ignored, st);
@@ -314,7 +361,8 @@ static int h_transfer_from_device(void *state, struct arena *a, const void *requ
 	struct rpc_client *client;
 	pthread_mutex_lock(&co->step_lock);
 	int host;
-	int rv = route_transfer(co, req->handle, req->ordinal, req->offset, 0, &client, &host, st);
+	int rv = route_transfer(co, req->session, req->handle, req->ordinal, req->offset, 0,
+	                        &client, &host, st);
 	void *got = NULL;
 	if (rv == ST_OK)
 		rv = call_host(co, host, client, AM_TRANSFER_FROM_DEVICE, req, a, &got, st);
@@ -333,23 +381,27 @@ static int h_release(void *state, struct arena *a, const void *request, void *re
 	if (known == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	size_t n_known = 0;
-	int rv = ST_OK;
 	pthread_mutex_lock(&co->step_lock);
 	pthread_mutex_lock(&co->reg.lock);
-	for (size_t k = 0; k < req->n_handles; k++) {
-		if (registry_find_handle(&co->reg, req->handles[k]) == NULL) {
-			rv = registry_unknown_handle(&co->reg, req->handles[k], st);
+	int rv = session_use(&co->reg, req->session, st);
+	/* Unknown handles do not keep the others from being released; the first is named. */
+	struct status missing = {0};
+	for (size_t k = 0; k < req->n_handles && rv == ST_OK; k++) {
+		const struct handle_entry *e = registry_find_handle(&co->reg, req->handles[k]);
+		if (e == NULL || e->session != req->session) {
+			if (missing.code == ST_OK)
+				registry_unknown_handle(&co->reg, req->handles[k], req->session,
+				                        &missing);
 			continue;
 		}
 		registry_remove_handle(&co->reg, req->handles[k]);
 		known[n_known++] = req->handles[k];
 	}
 	pthread_mutex_unlock(&co->reg.lock);
-	struct rpc_client **clients;
-	struct status sst;
-	if (n_known > 0 && snapshot_hosts(co, a, &clients, NULL, &sst) == ST_OK)
-		release_everywhere(co, a, clients, known, n_known, NULL);
+	release_on_live_hosts(co, a, known, n_known);
 	pthread_mutex_unlock(&co->step_lock);
+	if (rv == ST_OK && missing.code != ST_OK)
+		rv = status_set(st, missing.code, "%s", missing.message);
 	return rv;
 }
 
@@ -397,4 +449,7 @@ const rpc_handler coordinator_handlers[CM_COUNT] = {
     [CM_TRANSFER_FROM_DEVICE] = h_transfer_from_device,
     [CM_RELEASE] = h_release,
     [CM_GET_MEMORY_STATS] = h_get_memory_stats,
+    [CM_OPEN_SESSION] = h_open_session,
+    [CM_RENEW_SESSION] = h_renew_session,
+    [CM_CLOSE_SESSION] = h_close_session,
 };

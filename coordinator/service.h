@@ -53,6 +53,11 @@ struct coordinator {
 	bool tiled;                       /* heaps charge TPU-tiled sizes (--layout tpu) */
 	struct program_cache cache;       /* compiled programs, under step_lock */
 	struct metrics metrics;
+	/* The thread that ends sessions whose lease ran out (session_service.c). */
+	pthread_t reaper;
+	pthread_mutex_t reaper_lock;
+	pthread_cond_t reaper_cv;
+	bool reaper_stop;
 };
 
 /*

@@ -242,11 +242,13 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 			                  i,
 			                  g->nodes[i]->name ? g->nodes[i]->name : "an opaque op");
 	pthread_mutex_lock(&co->reg.lock);
+	rv = session_use(&co->reg, req->session, st);
 	for (size_t i = 0; i < g->n_nodes && rv == ST_OK; i++) {
 		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)
 			continue;
 		struct status hst;
-		struct handle_entry *e = registry_use_handle(&co->reg, g->nodes[i]->handle, &hst);
+		struct handle_entry *e =
+		    registry_use_handle(&co->reg, g->nodes[i]->handle, req->session, &hst);
 		char sa[128], sb[128];
 		if (e == NULL)
 			rv = status_set(st, hst.code, "parameter (node %zu): %s", i, hst.message);
@@ -350,8 +352,8 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 			return rv;
 		reqs[h] = ph;
 	}
-	rv = fan_call_watched(co, clients, AM_PREPARE_STEP, co->agent_timeout_ms, step_id, reqs, a,
-	                      replies, sts, st);
+	rv = fan_call_watched(co, clients, AM_PREPARE_STEP, co->agent_timeout_ms, step_id,
+	                      req->session, reqs, a, replies, sts, st);
 	if (rv != ST_OK) {
 		Podemu__AbortRequest *abort_req = arena_alloc(a, sizeof(*abort_req));
 		if (abort_req != NULL) {
@@ -379,8 +381,8 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	run->n_release_after = req->n_release_after;
 	reqs = same_for_all(a, hosts, run);
 	*ran = true;
-	rv = fan_call_watched(co, clients, AM_RUN_STEP, co->step_timeout_ms, step_id, reqs, a,
-	                      replies, sts, st);
+	rv = fan_call_watched(co, clients, AM_RUN_STEP, co->step_timeout_ms, step_id, req->session,
+	                      reqs, a, replies, sts, st);
 	if (rv != ST_OK) {
 		for (int h = 0; h < hosts; h++)
 			failed[h] = sts[h].code != ST_OK;
@@ -424,10 +426,49 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		recorded_scratch[prog_c.order ? prog_c.order[i] : (int)i] = scratch[i];
 	rep->node_scratch_bytes = recorded_scratch;
 	rep->n_node_scratch_bytes = g->n_nodes;
-	pthread_mutex_lock(&co->reg.lock);
+	int64_t *out_bytes = arena_calloc(a, g->n_outputs + 1, sizeof(int64_t));
+	if (out_bytes == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)
-		rv = registry_add_handle(&co->reg, out_handles[k], &shapes[g->outputs[k]],
-		                         g->nodes[g->outputs[k]]->layout, st);
+		rv = graph_value_bytes(&out_bytes[k], &shapes[g->outputs[k]],
+		                       g->nodes[g->outputs[k]]->layout, co->tiled, a, st);
+	pthread_mutex_lock(&co->reg.lock);
+	size_t added = 0;
+	for (; added < g->n_outputs && rv == ST_OK; added++)
+		rv = registry_add_handle(&co->reg, out_handles[added], req->session,
+		                         out_bytes[added], &shapes[g->outputs[added]],
+		                         g->nodes[g->outputs[added]]->layout, st);
+	/* Outputs nobody can own (the session ended meanwhile) are freed, not left behind. */
+	for (size_t k = 0; rv != ST_OK && k < added; k++)
+		registry_remove_handle(&co->reg, out_handles[k]);
+	pthread_mutex_unlock(&co->reg.lock);
+	if (rv != ST_OK)
+		release_everywhere(co, a, clients, out_handles, g->n_outputs, NULL);
+	return rv;
+}
+
+/*
+ * What the client released with the step that its session owns, into *owned (from a);
+ * NOT_FOUND names the first handle it does not own.
+ */
+static int owned_release_after(struct coordinator *co, const Podemu__StepRequest *req,
+                               struct arena *a, uint64_t **owned, size_t *n, struct status *st)
+{
+	*n = 0;
+	*owned = arena_calloc(a, req->n_release_after + 1, sizeof(uint64_t));
+	if (*owned == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv = ST_OK;
+	pthread_mutex_lock(&co->reg.lock);
+	for (size_t k = 0; k < req->n_release_after; k++) {
+		const struct handle_entry *e =
+		    registry_find_handle(&co->reg, req->release_after[k]);
+		if (e != NULL && e->session == req->session)
+			(*owned)[(*n)++] = req->release_after[k];
+		else if (rv == ST_OK)
+			rv = registry_unknown_handle(&co->reg, req->release_after[k], req->session,
+			                             st);
+	}
 	pthread_mutex_unlock(&co->reg.lock);
 	return rv;
 }
@@ -440,28 +481,28 @@ int h_execute_step(void *state, struct arena *a, const void *request, void *repl
 	struct rpc_client **clients;
 	char **data_urls;
 	bool ran = false;
+	uint64_t *released;
+	size_t n_released;
+	pthread_mutex_lock(&co->step_lock);
+	long long t0 = clock_now_us();
+	int rv = owned_release_after(co, req, a, &released, &n_released, st);
 	if (req->compile_only) { /* nothing is dispatched, so the pod need not be ready */
-		pthread_mutex_lock(&co->step_lock);
-		int rv = execute_locked(co, a, req, reply, NULL, NULL, &ran, NULL, st);
+		if (rv == ST_OK)
+			rv = execute_locked(co, a, req, reply, NULL, NULL, &ran, NULL, st);
 		pthread_mutex_unlock(&co->step_lock);
 		return rv;
 	}
-	pthread_mutex_lock(&co->step_lock);
-	long long t0 = clock_now_us();
-	int rv = snapshot_hosts(co, a, &clients, &data_urls, st);
-	bool ready = rv == ST_OK;
 	struct step_report report = {0};
-	if (ready)
+	if (rv == ST_OK && (rv = snapshot_hosts(co, a, &clients, &data_urls, st)) == ST_OK)
 		rv = execute_locked(co, a, req, reply, clients, data_urls, &ran, &report, st);
 	count_step(co, rv, (double)(clock_now_us() - t0) / 1e6, &report);
 	/* What the client released is gone whether or not the step worked. */
-	if (req->n_release_after > 0) {
-		if (ready && !ran)
-			release_everywhere(co, a, clients, req->release_after, req->n_release_after,
-			                   NULL);
+	if (n_released > 0) {
+		if (!ran)
+			release_on_live_hosts(co, a, released, n_released);
 		pthread_mutex_lock(&co->reg.lock);
-		for (size_t k = 0; k < req->n_release_after; k++)
-			registry_remove_handle(&co->reg, req->release_after[k]);
+		for (size_t k = 0; k < n_released; k++)
+			registry_remove_handle(&co->reg, released[k]);
 		pthread_mutex_unlock(&co->reg.lock);
 	}
 	pthread_mutex_unlock(&co->step_lock);

@@ -16,6 +16,11 @@ int snapshot_hosts(struct coordinator *co, struct arena *a, struct rpc_client **
 /* Releases handles on every agent but the skipped hosts (errors ignored). */
 void release_everywhere(struct coordinator *co, struct arena *a, struct rpc_client **clients,
                         uint64_t *handles, size_t n, const int *skip_host);
+/*
+ * Releases handles on every live host, whether or not the pod is ready (a lost host has
+ * nothing left to free). Errors are ignored.
+ */
+void release_on_live_hosts(struct coordinator *co, struct arena *a, uint64_t *handles, size_t n);
 /* ExecuteStep: check, compile, plan, dispatch and run one step (or only plan it). */
 int h_execute_step(void *state, struct arena *a, const void *request, void *reply,
                    struct status *st);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "arena.h"
 #include "podjson.h"
@@ -32,6 +33,8 @@ static void usage(FILE *f)
 	    "          --topology NAME | --hosts H --cores-per-host C --hbm SIZE\n"
 	    "          --backing host|none  --port N (0: any free port)  --timeout-ms N\n"
 	    "          --chunk-bytes SIZE  --collective-timeout-ms N  --heartbeat-timeout-ms N\n"
+	    "          --session-lease-ms N (a client that renews nothing this long loses its\n"
+	    "          buffers; default 3000)\n"
 	    "          --window N (data-plane chunks in flight per peer, default 4)\n"
 	    "          --combine-threshold-bytes SIZE (default 30M; 0: no combining)\n"
 	    "          --scheduler memory-aware|recorded (default memory-aware)\n"
@@ -91,6 +94,7 @@ enum {
 	OPT_WINDOW,
 	OPT_COLL_TIMEOUT,
 	OPT_LEASE,
+	OPT_SESSION_LEASE,
 	OPT_TLS,
 	OPT_BIND_TO,
 	OPT_HELP,
@@ -153,6 +157,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"window", required_argument, NULL, OPT_WINDOW},
 	    {"collective-timeout-ms", required_argument, NULL, OPT_COLL_TIMEOUT},
 	    {"heartbeat-timeout-ms", required_argument, NULL, OPT_LEASE},
+	    {"session-lease-ms", required_argument, NULL, OPT_SESSION_LEASE},
 	    {"tls", no_argument, NULL, OPT_TLS},
 	    {"bind-to", required_argument, NULL, OPT_BIND_TO},
 	    {"help", no_argument, NULL, OPT_HELP},
@@ -237,6 +242,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_LEASE:
 			o->up.heartbeat_timeout_ms = optarg;
+			break;
+		case OPT_SESSION_LEASE:
+			o->up.session_lease_ms = optarg;
 			break;
 		case OPT_TLS:
 			o->up.tls = 1;
@@ -411,6 +419,20 @@ static int cmd_status(const struct cli *o)
 			printf("  host %d: %s pid %d backing %s data %s rss %lld accounted %lld\n",
 			       h->index, h->alive ? "alive" : "missing", h->pid, h->backing,
 			       h->data_url, (long long)h->rss_bytes, (long long)h->accounted_bytes);
+		}
+		if (ps->n_sessions > 0)
+			printf("  %18s %7s %-24s %8s %16s  %s\n", "session", "pid", "program@host",
+			       "buffers", "bytes_per_core", "since");
+		for (size_t i = 0; i < ps->n_sessions; i++) {
+			const Podemu__SessionInfo *s = ps->sessions[i];
+			char who[160], since[32] = "";
+			snprintf(who, sizeof(who), "%s@%s", s->name, s->host_name);
+			time_t t = (time_t)(s->started_unix_ms / 1000);
+			struct tm tm;
+			if (localtime_r(&t, &tm) != NULL)
+				strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", &tm);
+			printf("  %18llu %7d %-24s %8d %16lld  %s\n", (unsigned long long)s->id,
+			       s->pid, who, s->buffers, (long long)s->bytes_per_core, since);
 		}
 		if (ps->n_cores > 0)
 			printf("  %7s %5s %16s %16s %16s\n", "ordinal", "host", "bytes_used",

@@ -287,6 +287,7 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	              {"--window", o->window},
 	              {"--collective-timeout-ms", o->collective_timeout_ms},
 	              {"--heartbeat-timeout-ms", o->heartbeat_timeout_ms},
+	              {"--session-lease-ms", o->session_lease_ms},
 	              {"--combine-threshold-bytes", o->combine_threshold},
 	              {"--scheduler", o->scheduler},
 	              {"--fusion", o->fusion},

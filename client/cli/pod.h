@@ -17,6 +17,7 @@ struct up_options {
 	const char *window; /* data-plane chunks in flight per peer */
 	const char *collective_timeout_ms;
 	const char *heartbeat_timeout_ms;
+	const char *session_lease_ms;
 	const char *combine_threshold; /* the coordinator's passes */
 	const char *scheduler;
 	const char *fusion;

@@ -1,0 +1,156 @@
+/*
+ * The coordinator's client sessions: who holds device buffers. A session stays open while
+ * requests or renewals that carry it keep arriving within its lease; then it ends, and what
+ * it owned is freed (session_service.c). Ended sessions are kept a while so that a late
+ * request hears why. Every function runs with the registry's lock held.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "registry.h"
+
+/* Ended sessions remembered for their reason, at most. */
+#define ENDED_KEPT 64
+
+static struct session *find(const struct registry *r, uint64_t id)
+{
+	for (int i = 0; i < r->num_sessions; i++)
+		if (r->sessions[i].id == id)
+			return &r->sessions[i];
+	return NULL;
+}
+
+/* Forgets the oldest ended sessions beyond ENDED_KEPT. */
+static void prune_ended(struct registry *r)
+{
+	int ended = 0;
+	for (int i = 0; i < r->num_sessions; i++)
+		ended += r->sessions[i].state == SESSION_ENDED;
+	for (int i = 0; i < r->num_sessions && ended > ENDED_KEPT;) {
+		if (r->sessions[i].state != SESSION_ENDED) {
+			i++;
+			continue;
+		}
+		memmove(&r->sessions[i], &r->sessions[i + 1],
+		        (size_t)(r->num_sessions - i - 1) * sizeof(r->sessions[0]));
+		r->num_sessions--;
+		ended--;
+	}
+}
+
+int session_open(struct registry *r, int pid, const char *host_name, const char *name, int lease_ms,
+                 uint64_t *id, struct status *st)
+{
+	if (lease_ms != 0 && (lease_ms < 100 || lease_ms > 3600 * 1000))
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "session lease %d ms is out of range [100, 3600000]", lease_ms);
+	prune_ended(r);
+	if (r->num_sessions == r->cap_sessions) {
+		int cap = r->cap_sessions ? r->cap_sessions * 2 : 16;
+		struct session *s = realloc(r->sessions, (size_t)cap * sizeof(*s));
+		if (s == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		r->sessions = s;
+		r->cap_sessions = cap;
+	}
+	struct session *s = &r->sessions[r->num_sessions++];
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	*s = (struct session){
+	    .id = r->epoch << HANDLE_EPOCH_SHIFT | r->next_session++,
+	    .pid = pid,
+	    .started_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000,
+	    .last_seen_ms = registry_now_ms(),
+	    .lease_ms = lease_ms ? lease_ms : r->session_lease_ms,
+	    .state = SESSION_OPEN,
+	};
+	snprintf(s->host_name, sizeof(s->host_name), "%s", host_name ? host_name : "");
+	snprintf(s->name, sizeof(s->name), "%s", name ? name : "");
+	*id = s->id;
+	return ST_OK;
+}
+
+int session_use(struct registry *r, uint64_t id, struct status *st)
+{
+	if (id == 0)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "the request carries no session (OpenSession first; pe_connect "
+		                  "does it)");
+	if (id >> HANDLE_EPOCH_SHIFT != r->epoch)
+		return status_set(
+		    st, ST_NOT_FOUND,
+		    "session %llu was opened with an earlier coordinator process (the "
+		    "coordinator restarted); its buffers are gone",
+		    (unsigned long long)id);
+	struct session *s = find(r, id);
+	if (s == NULL)
+		return status_set(st, ST_NOT_FOUND,
+		                  "session %llu is not open (it ended long ago, or never was)",
+		                  (unsigned long long)id);
+	if (s->state != SESSION_OPEN)
+		return status_set(st, ST_NOT_FOUND, "session %llu has ended: %s",
+		                  (unsigned long long)id, s->end_reason);
+	s->last_seen_ms = registry_now_ms();
+	return ST_OK;
+}
+
+bool session_is_open(const struct registry *r, uint64_t id)
+{
+	const struct session *s = find(r, id);
+	return s != NULL && s->state == SESSION_OPEN;
+}
+
+int session_expire(struct registry *r, int64_t now_ms, uint64_t *ids, int max)
+{
+	int n = 0;
+	for (int i = 0; i < r->num_sessions && n < max; i++) {
+		struct session *s = &r->sessions[i];
+		if (s->state != SESSION_OPEN || now_ms - s->last_seen_ms <= s->lease_ms)
+			continue;
+		s->state = SESSION_ENDING;
+		snprintf(s->end_reason, sizeof(s->end_reason),
+		         "its lease of %d ms ran out (the client exited or cannot reach the "
+		         "coordinator)",
+		         s->lease_ms);
+		ids[n++] = s->id;
+	}
+	return n;
+}
+
+int session_begin_end(struct registry *r, uint64_t id, const char *reason, struct status *st)
+{
+	int rv = session_use(r, id, st);
+	if (rv != ST_OK)
+		return rv;
+	struct session *s = find(r, id);
+	s->state = SESSION_ENDING;
+	snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
+	return ST_OK;
+}
+
+size_t session_take_handles(struct registry *r, uint64_t id, uint64_t *out)
+{
+	size_t n = 0;
+	for (int i = 0; out != NULL && i < r->num_handles; i++)
+		if (r->handles[i].session == id)
+			out[n++] = r->handles[i].handle;
+	for (size_t k = 0; k < n; k++)
+		registry_remove_handle(r, out[k]);
+	struct session *s = find(r, id);
+	if (s != NULL)
+		s->state = SESSION_ENDED;
+	return n;
+}
+
+void session_usage(const struct registry *r, uint64_t id, int *buffers, int64_t *bytes)
+{
+	*buffers = 0;
+	*bytes = 0;
+	for (int i = 0; i < r->num_handles; i++)
+		if (r->handles[i].session == id) {
+			(*buffers)++;
+			*bytes += r->handles[i].bytes;
+		}
+}
