@@ -330,6 +330,8 @@ struct dp_conn {
 	struct dp_header h;
 	struct dp_request *req; /* the chunk whose payload is being read */
 	uint64_t discard;       /* payload bytes of a refused chunk still to skip */
+	int held;               /* under dp->lock: chunks read and not yet acknowledged */
+	uint64_t held_bytes;    /* and their payload bytes */
 	char *junk;             /* where they go */
 };
 
@@ -365,6 +367,8 @@ struct dataplane {
 	int pool_n;
 	int refs; /* the owner until dp_stop, each connection and each peer */
 	int stopping;
+	int credit_chunks;     /* what one connection may hold unacknowledged (0: no limit) */
+	uint64_t credit_bytes; /* under lock */
 	bool plain_tcp; /* tcp://, whose streams read straight from their sockets (not TLS) */
 };
 
@@ -540,9 +544,14 @@ void dp_request_cancel(struct dp_request *req)
 void dp_complete(struct dp_request *req, int code, const char *message)
 {
 	struct dp_conn *c = req->conn;
+	struct dataplane *dp = c->dp;
+	/* The credit comes back before the acknowledgement lets the peer send again. */
+	pthread_mutex_lock(&dp->lock);
+	c->held--;
+	c->held_bytes -= req->header.length;
+	pthread_mutex_unlock(&dp->lock);
 	conn_ack(c, req->header.chan, req->header.slot, code, code == ST_OK ? NULL : message,
 	         false);
-	struct dataplane *dp = c->dp;
 	pthread_mutex_lock(&dp->lock);
 	pool_put_locked(dp, req->buf, req->cap);
 	c->refs--;
@@ -610,6 +619,23 @@ static void conn_header(struct dp_conn *c)
 		conn_skip(c);
 		return;
 	}
+	/* A peer that ignores its window is cut off before it makes us hold more. */
+	pthread_mutex_lock(&dp->lock);
+	bool over = dp->credit_chunks > 0 && (c->held + 1 > dp->credit_chunks ||
+	                                      c->held_bytes + c->h.length > dp->credit_bytes);
+	int held = c->held, credit = dp->credit_chunks;
+	uint64_t held_bytes = c->held_bytes, credit_bytes = dp->credit_bytes;
+	pthread_mutex_unlock(&dp->lock);
+	if (over) {
+		char why[DP_MESSAGE_MAX];
+		snprintf(why, sizeof(why),
+		         "the peer sent past its credit: %d chunks (%llu bytes) unacknowledged and "
+		         "one of %llu more; a peer may hold %d chunks (%llu bytes)",
+		         held, (unsigned long long)held_bytes, (unsigned long long)c->h.length,
+		         credit, (unsigned long long)credit_bytes);
+		conn_refuse(c, ST_RESOURCE_EXHAUSTED, why);
+		return;
+	}
 	struct dp_request *req = calloc(1, sizeof(*req));
 	if (req == NULL) {
 		conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -619,6 +645,8 @@ static void conn_header(struct dp_conn *c)
 	req->header = c->h;
 	pthread_mutex_lock(&dp->lock);
 	c->refs++;
+	c->held++;
+	c->held_bytes += c->h.length;
 	pthread_mutex_unlock(&dp->lock);
 	c->req = req;
 	if (c->h.length == 0) {
@@ -631,6 +659,10 @@ static void conn_header(struct dp_conn *c)
 		req->payload = req->buf = pool_get(dp, c->h.length, &req->cap);
 		if (req->buf == NULL) {
 			c->req = NULL;
+			pthread_mutex_lock(&dp->lock);
+			c->held--;
+			c->held_bytes -= c->h.length;
+			pthread_mutex_unlock(&dp->lock);
 			conn_unref(c);
 			free(req);
 			conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory for a chunk");
@@ -659,6 +691,8 @@ static void conn_read_cb(void *arg)
 			struct dataplane *dp = c->dp;
 			pthread_mutex_lock(&dp->lock);
 			pool_put_locked(dp, req->buf, req->cap);
+			c->held--;
+			c->held_bytes -= req->header.length;
 			c->refs--;
 			pthread_mutex_unlock(&dp->lock);
 			free(req);
@@ -749,6 +783,14 @@ void dp_reap(struct dataplane *dp)
 void dp_set_token(struct dataplane *dp, const char *token)
 {
 	snprintf(dp->token, sizeof(dp->token), "%s", token ? token : "");
+}
+
+void dp_set_credit(struct dataplane *dp, int chunks, uint64_t bytes)
+{
+	pthread_mutex_lock(&dp->lock);
+	dp->credit_chunks = chunks > 0 ? chunks : 0;
+	dp->credit_bytes = bytes;
+	pthread_mutex_unlock(&dp->lock);
 }
 
 /* ---- The sending side: one stream per peer agent, shared by channels ---- */

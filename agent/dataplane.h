@@ -4,7 +4,8 @@
  * followed by its payload, written straight from the sender's memory. The receiver reads the
  * payload into a reused buffer, hands it to its core, and writes an acknowledgement back on
  * the same stream once the core consumed it, so a sender has at most `window` chunks in flight
- * per channel and a receiver never buffers more than what its peers have in flight.
+ * per channel; a receiver holds no more than its credit per peer (dp_set_credit), whatever the
+ * peer sends.
  *
  * A receiver whose core has not consumed a chunk yet parks the request and answers it once it
  * gets there (the sender just waits), so chunks need no extra copy on arrival.
@@ -104,6 +105,13 @@ void dp_stop(struct dataplane *dp);
 void dp_reap(struct dataplane *dp);
 /* Chunks must carry token (and sent ones do); NULL or "": none. Call before traffic starts. */
 void dp_set_token(struct dataplane *dp, const char *token);
+
+/*
+ * Receive-side credit: what one connecting peer may have read and not yet acknowledged, at
+ * most chunks chunks of bytes payload bytes in all (chunks 0: no limit, the default). A chunk
+ * past it is refused (RESOURCE_EXHAUSTED) and the stream closed, whatever the peer's window.
+ */
+void dp_set_credit(struct dataplane *dp, int chunks, uint64_t bytes);
 
 /* The header and payload of a parked request (valid until dp_complete). */
 const struct dp_header *dp_request_header(const struct dp_request *req);

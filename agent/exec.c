@@ -308,6 +308,11 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 			s->fusion_head[p->fused_into[i]] = (int)i;
 		}
 	s->window = p->window > 0 && p->window <= 64 ? p->window : 4;
+	/* Each core of a peer host sends us at most a window of chunks at a time. */
+	if (dev->dp != NULL)
+		dp_set_credit(dev->dp, s->window * dev->cores_per_host,
+		              (uint64_t)s->window * (uint64_t)dev->cores_per_host *
+		                  (uint64_t)s->chunk_bytes);
 	s->inbox = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->inbox));
 	s->posts = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->posts));
 	s->micros = arena_calloc(s->arena, (size_t)dev->cores_per_host * (size_t)(s->num_colls + 1),

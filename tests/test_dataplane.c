@@ -344,6 +344,66 @@ static void test_a_payload_cut_short_is_given_up(void **state)
 	assert_int_equal(sink.chunks, 0);
 }
 
+/*
+ * A peer that ignores its window: the receiver holds its credit's worth of chunks (parked
+ * here, as for a core that has not got to them) and refuses the next one, closing the stream,
+ * so that a peer cannot make it buffer without limit.
+ */
+static void test_a_peer_past_its_credit_is_cut_off(void **state)
+{
+	reset_sink(0);
+	dp_set_credit(rx, 2, 2 * 64);
+	enum { CHUNKS = 4, LEN = 64 };
+	static unsigned char frames[CHUNKS * (sizeof(struct dp_header) + LEN)];
+	for (int i = 0; i < CHUNKS; i++) {
+		struct dp_header h = {.magic = DP_MAGIC,
+		                      .step_id = 9,
+		                      .offset = (uint64_t)i * LEN,
+		                      .length = LEN,
+		                      .covered = LEN,
+		                      .slot = (uint32_t)i};
+		memcpy(frames + i * (sizeof(h) + LEN), &h, sizeof(h));
+	}
+	nng_aio *aio;
+	assert_int_equal(nng_aio_alloc(&aio, NULL, NULL), 0);
+	nng_stream *s = raw_send(aio, frames, sizeof(frames));
+	struct dp_ack a;
+	char buf[sizeof(a) + 512];
+	size_t got = 0;
+	while (got < sizeof(a)) {
+		nng_iov in = {buf + got, sizeof(buf) - got};
+		nng_aio_set_iov(aio, 1, &in);
+		nng_stream_recv(s, aio);
+		nng_aio_wait(aio);
+		assert_int_equal(nng_aio_result(aio), 0);
+		got += nng_aio_count(aio);
+	}
+	memcpy(&a, buf, sizeof(a));
+	assert_int_equal(a.code, ST_RESOURCE_EXHAUSTED);
+	assert_int_equal(a.slot, 2); /* the third chunk */
+	assert_true(a.flags & DP_ACK_CLOSING);
+	pthread_mutex_lock(&sink.lock);
+	assert_int_equal(sink.num_parked, 2);
+	struct dp_request *parked[2] = {sink.parked[0], sink.parked[1]};
+	sink.num_parked = 0;
+	pthread_mutex_unlock(&sink.lock);
+	for (int i = 0; i < 2; i++)
+		dp_complete(parked[i], ST_OK, NULL);
+	nng_stream_free(s);
+	nng_aio_free(aio);
+	dp_set_credit(rx, 0, 0);
+	/* Within its credit a peer is served as before. */
+	reset_sink(1);
+	dp_set_credit(rx, 2, 2 * 64);
+	unsigned char data[1000] = {5};
+	const char *peers[] = {rx_url};
+	struct dp_header ok = {.step_id = 10};
+	struct status st;
+	assert_int_equal(dp_send(tx, peers, 1, &ok, data, sizeof(data), 64, 2, 5000, &st), ST_OK);
+	assert_int_equal(sink.bytes, sizeof(data));
+	dp_set_credit(rx, 0, 0);
+}
+
 /* The receive low-water mark of the receiver's end of its connection from tx; -1: none. */
 static int receiver_lowat(void)
 {
@@ -402,6 +462,7 @@ int main(void)
 	    cmocka_unit_test(test_malformed_frames_are_answered),
 	    cmocka_unit_test(test_payloads_are_read_into_place),
 	    cmocka_unit_test(test_a_payload_cut_short_is_given_up),
+	    cmocka_unit_test(test_a_peer_past_its_credit_is_cut_off),
 	    cmocka_unit_test(test_readers_wait_for_what_they_read),
 
 	    cmocka_unit_test(test_unreachable_peer_fails_within_the_deadline),
