@@ -23,6 +23,8 @@
 #define DP_RCVLOWAT (1u << 20)
 /* Payload buffers a receiver keeps for reuse once their chunks are consumed. */
 #define DP_POOL_KEEP 8
+/* and at most this many bytes of them, so that the agent's RSS follows its accounted bytes */
+#define DP_POOL_KEEP_BYTES ((size_t)8 << 20)
 #define DP_MESSAGE_MAX 480
 
 /*
@@ -396,6 +398,13 @@ static void pool_put_locked(struct dataplane *dp, void *p, size_t cap)
 {
 	if (p == NULL)
 		return;
+	size_t kept = 0;
+	for (int i = 0; i < dp->pool_n; i++)
+		kept += dp->pool[i].cap;
+	if (cap > DP_POOL_KEEP_BYTES || kept + cap > DP_POOL_KEEP_BYTES) {
+		free(p);
+		return;
+	}
 	if (dp->pool_n < DP_POOL_KEEP && !dp->stopping) {
 		dp->pool[dp->pool_n++] = (struct pool_buf){p, cap};
 		return;
@@ -783,6 +792,15 @@ void dp_reap(struct dataplane *dp)
 void dp_set_token(struct dataplane *dp, const char *token)
 {
 	snprintf(dp->token, sizeof(dp->token), "%s", token ? token : "");
+}
+
+void dp_trim(struct dataplane *dp)
+{
+	pthread_mutex_lock(&dp->lock);
+	for (int i = 0; i < dp->pool_n; i++)
+		free(dp->pool[i].p);
+	dp->pool_n = 0;
+	pthread_mutex_unlock(&dp->lock);
 }
 
 void dp_set_credit(struct dataplane *dp, int chunks, uint64_t bytes)

@@ -103,6 +103,8 @@ void dp_stop(struct dataplane *dp);
  * data plane's own callbacks.
  */
 void dp_reap(struct dataplane *dp);
+/* Frees the receive buffers the data plane keeps for reuse. */
+void dp_trim(struct dataplane *dp);
 /* Chunks must carry token (and sent ones do); NULL or "": none. Call before traffic starts. */
 void dp_set_token(struct dataplane *dp, const char *token);
 

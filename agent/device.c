@@ -1,8 +1,10 @@
 #include "device.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 
@@ -240,9 +242,43 @@ int device_release(struct device *dev, const uint64_t *handles, size_t n, struct
 			hbm_free(&dev->cores[c].heap, b->offsets[c]);
 		free(b->offsets);
 		*b = dev->buffers[--dev->num_buffers];
+		device_note_activity(dev);
 	}
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void device_note_activity(struct device *dev)
+{
+	dev->freed_since_idle = true;
+	dev->last_active_ms = now_ms();
+}
+
+void device_return_idle_memory(struct device *dev, int idle_ms)
+{
+	if (dev->cores == NULL)
+		return;
+	pthread_mutex_lock(&dev->lock);
+	bool idle =
+	    dev->freed_since_idle && dev->step == NULL && now_ms() - dev->last_active_ms >= idle_ms;
+	if (idle) {
+		for (int c = 0; c < dev->cores_per_host; c++)
+			hbm_return_free_pages(&dev->cores[c].heap);
+		dev->freed_since_idle = false;
+	}
+	pthread_mutex_unlock(&dev->lock);
+	if (!idle)
+		return;
+	malloc_trim(0);
+	if (dev->dp != NULL)
+		dp_trim(dev->dp);
 }
 
 int device_forget_all(struct device *dev, const char *reason, int wait_ms)

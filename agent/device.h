@@ -63,6 +63,9 @@ struct device {
 	struct step *step; /* prepared or running */
 	struct dataplane *dp;
 	bool stopping;
+	/* Memory freed since the cores were last idle: kept for the next step until then. */
+	bool freed_since_idle;
+	int64_t last_active_ms;
 	/*
 	 * Failpoint for fault tests (PODEMU_FAILPOINT=stall-before-collective): every core stops
 	 * before each collective until the step is aborted, as a hung kernel would.
@@ -75,6 +78,16 @@ static inline int device_local(const struct device *dev, int ordinal)
 {
 	return ordinal - dev->host_index * dev->cores_per_host;
 }
+
+/*
+ * Once no step has run or freed buffers for idle_ms, gives back what steps keep for the next
+ * one: the pages of freed device memory, the heap's free chunk buffers and the data plane's
+ * receive buffers, so that the agent's RSS follows the bytes its cores account. Cheap when
+ * there is nothing to give back; for a timer.
+ */
+void device_return_idle_memory(struct device *dev, int idle_ms);
+/* Notes that a step ran or buffers were freed (lock held). */
+void device_note_activity(struct device *dev);
 
 /* Wakes one core waiting in a collective, or every core (a step aborted). dev->lock held. */
 void core_wake(struct core *c);

@@ -42,6 +42,7 @@ static void step_free_outputs(struct device *dev, struct step *s)
 static void step_destroy(struct device *dev, struct step *s)
 {
 	coll_step_cleanup(dev, s);
+	device_note_activity(dev);
 	for (int c = 0; c < dev->cores_per_host; c++)
 		hbm_release_reservation(&dev->cores[c].heap);
 	arena_free(s->arena);

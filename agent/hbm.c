@@ -47,16 +47,9 @@ static int64_t hbm_used(const struct hbm *h)
 	return used;
 }
 
-/*
- * Notes that `bytes` were freed; once more than HBM_RETAIN_BYTES are, gives the pages of every
- * free gap back to the system.
- */
-static void hbm_discard(struct hbm *h, int64_t bytes)
+void hbm_return_free_pages(struct hbm *h)
 {
 	if (h->base == NULL)
-		return;
-	h->retained += bytes;
-	if (h->retained <= HBM_RETAIN_BYTES)
 		return;
 	h->retained = 0;
 	int64_t page = sysconf(_SC_PAGESIZE);
@@ -69,6 +62,19 @@ static void hbm_discard(struct hbm *h, int64_t bytes)
 		if (i < h->num_blocks)
 			prev_end = h->blocks[i].offset + h->blocks[i].size;
 	}
+}
+
+/*
+ * Notes that `bytes` were freed; once more than HBM_RETAIN_BYTES are, gives the pages of every
+ * free gap back to the system.
+ */
+static void hbm_discard(struct hbm *h, int64_t bytes)
+{
+	if (h->base == NULL)
+		return;
+	h->retained += bytes;
+	if (h->retained > HBM_RETAIN_BYTES)
+		hbm_return_free_pages(h);
 }
 
 static void hbm_note_usage(struct hbm *h)

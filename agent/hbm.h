@@ -33,7 +33,7 @@ struct hbm_block {
 /*
  * Freed bytes whose pages stay committed, so a buffer of the same size allocated next (the
  * common case step after step) does not page-fault anew; past this, free pages go back to the
- * system. The agent's RSS exceeds the accounted bytes by at most this much per core.
+ * system. The agent returns them all once its cores are idle (device_return_idle_memory).
  */
 #define HBM_RETAIN_BYTES ((int64_t)128 << 20)
 
@@ -56,6 +56,8 @@ struct hbm {
  */
 int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st);
 void hbm_destroy(struct hbm *h);
+/* Gives the pages of every free gap back to the system now (they read as zero after). */
+void hbm_return_free_pages(struct hbm *h);
 
 /*
  * Places a device buffer of size bytes best-fit from the top. On success *offset is its

@@ -186,6 +186,16 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 	dp_reap(m->dp); /* connections peers closed, even when no collective runs */
 }
 
+/* Idle this long, the agent gives back what steps keep for the next one. */
+#define IDLE_RETURN_MS 200
+
+static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent_main *m = arg;
+	if (m->device_up)
+		device_return_idle_memory(&m->agent.dev, IDLE_RETURN_MS);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct agent_main *m = arg;
@@ -289,10 +299,13 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	/*
 	 * Chunk buffers (a few MiB, allocated and freed for every chunk) must come from reused heap
-	 * memory: served by fresh mmaps, each would page-fault anew and halve throughput.
+	 * memory: served by fresh mmaps, each would page-fault anew and halve throughput. One
+	 * arena for every thread, so that what steps freed goes back to the system once the cores
+	 * are idle (malloc_trim returns only the main arena's top; device_return_idle_memory).
 	 */
 	mallopt(M_MMAP_THRESHOLD, 256 << 20);
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+	mallopt(M_ARENA_MAX, 1);
 
 	struct status st;
 	char token[TOKEN_MAX + 1];
@@ -336,13 +349,17 @@ int main(int argc, char **argv)
 	struct event *sigterm = evsignal_new(m.base, SIGTERM, on_signal, &m);
 	struct event *timer = event_new(m.base, -1, EV_PERSIST, on_timer, &m);
 	struct timeval tick = {heartbeat_ms / 1000, (heartbeat_ms % 1000) * 1000};
+	struct event *idle = event_new(m.base, -1, EV_PERSIST, on_idle_timer, &m);
+	struct timeval idle_tick = {0, IDLE_RETURN_MS / 2 * 1000};
 	evsignal_add(sigint, NULL);
 	evsignal_add(sigterm, NULL);
 	event_add(timer, &tick);
+	event_add(idle, &idle_tick);
 	try_register(&m);
 	event_base_dispatch(m.base);
 
 	m.agent.ready = false;
+	event_free(idle);
 	event_free(timer);
 	event_free(sigterm);
 	event_free(sigint);

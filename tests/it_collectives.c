@@ -428,6 +428,69 @@ static void test_zero_size_and_scratch(void **state)
 	pe_release(s);
 }
 
+/* Resident bytes of a process, from /proc (0 when gone). */
+static int64_t rss_of(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	long long kb = 0;
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "VmRSS: %lld kB", &kb) == 1)
+			break;
+	if (f != NULL)
+		fclose(f);
+	return (int64_t)kb * 1024;
+}
+
+/* What an agent may hold beyond the bytes its cores account, once its cores are idle. */
+#define RSS_OVERHEAD_BYTES ((int64_t)64 << 20)
+
+/*
+ * Agent RSS follows HBM: after podemu bench's shapes (1 MiB to 64 MiB of every reducing and
+ * gathering op), once the cores are idle every agent holds at most its cores' bytes in use
+ * plus a fixed 64 MiB (what a step frees is kept for the next one while steps follow each
+ * other, then given back).
+ */
+static void test_rss_follows_accounted_bytes(void **state)
+{
+	pe_client *c = *state;
+	const char *forced = getenv("PODEMU_COLLECTIVE_ALGO");
+	if (forced != NULL && forced[0] != '\0') {
+		printf("(the bench shapes run once per pod shape, with the algorithms it picks)\n");
+		skip();
+	}
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+	         "%s/podemu bench --state-dir %s --op all-gather,reduce-scatter,all-reduce "
+	         "--min-bytes 1M --max-bytes 64M --factor 8 --iters 1 >/dev/null",
+	         PODEMU_BIN_DIR, pod_state_dir);
+	assert_int_equal(system(cmd), 0);
+	pe_memory_info m[64];
+	assert_int_equal(pe_memory_info_all(c, m, world), PE_OK);
+	for (int h = 0; h < hosts; h++) {
+		int64_t accounted = 0, rss = 0;
+		for (int k = 0; k < cores; k++)
+			accounted += m[h * cores + k].bytes_used;
+		char name[32];
+		snprintf(name, sizeof(name), "agent-%d", h);
+		/* Idle for 200 ms, an agent gives back what it kept: wait up to 3 s for it. */
+		for (int i = 0; i < 60; i++) {
+			rss = rss_of(pod_pid(name));
+			if (rss <= accounted + RSS_OVERHEAD_BYTES)
+				break;
+			struct timespec ts = {0, 50 * 1000000};
+			nanosleep(&ts, NULL);
+		}
+		printf("host %d after the bench shapes: RSS %lld MiB, accounted %lld MiB\n", h,
+		       (long long)rss >> 20, (long long)accounted >> 20);
+		assert_true(rss > 0);
+#ifndef __SANITIZE_ADDRESS__ /* its shadow memory and quarantine are no agent overhead */
+		assert_true(rss <= accounted + RSS_OVERHEAD_BYTES);
+#endif
+	}
+}
+
 static void test_mesh_axes(void **state)
 {
 	pe_client *c = *state;
@@ -555,6 +618,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_zero_size_and_scratch),
 	    cmocka_unit_test(test_mesh_axes),
 	    cmocka_unit_test(test_bad_groups_are_refused_in_xla_words),
+	    cmocka_unit_test(test_rss_follows_accounted_bytes),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
