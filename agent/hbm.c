@@ -1,3 +1,8 @@
+/*
+ * The HBM heap's bookkeeping: device buffers in a treap by offset, free gaps (above the
+ * reservation) in treaps by start and by size, so that best fit, free with merging and the
+ * statistics each take O(log n) whatever the number of buffers; bytes in use is a running total.
+ */
 #include "hbm.h"
 
 #include <stdlib.h>
@@ -14,18 +19,285 @@ int64_t hbm_aligned_size(int64_t size)
 	return (size + HBM_ALIGNMENT - 1) / HBM_ALIGNMENT * HBM_ALIGNMENT;
 }
 
+/* ---- Treaps over the node pool: every operation takes O(log n) expected ---- */
+
+enum tree { T_GAP_START, T_GAP_SIZE };
+
+static struct hbm_node *node(const struct hbm *h, int i)
+{
+	return &h->nodes[i - 1];
+}
+
+static int slot_of(enum tree t)
+{
+	return t == T_GAP_SIZE ? 1 : 0;
+}
+
+static int *left_of(struct hbm *h, enum tree t, int i)
+{
+	return &node(h, i)->left[slot_of(t)];
+}
+
+static int *right_of(struct hbm *h, enum tree t, int i)
+{
+	return &node(h, i)->right[slot_of(t)];
+}
+
+/* Key order: gaps by start on a; gaps by size on size, then end from the top down. */
+static bool before(const struct hbm *h, enum tree t, int i, int j)
+{
+	const struct hbm_node *x = node(h, i), *y = node(h, j);
+	if (t != T_GAP_SIZE)
+		return x->a < y->a;
+	int64_t sx = x->b - x->a, sy = y->b - y->a;
+	return sx != sy ? sx < sy : x->b > y->b; /* equal sizes: the highest first */
+}
+
+/* Splits t into the keys before pivot's (*l) and the others (*r). */
+static void split(struct hbm *h, enum tree t, int root, int pivot, int *l, int *r)
+{
+	if (root == 0) {
+		*l = *r = 0;
+		return;
+	}
+	if (before(h, t, root, pivot)) {
+		split(h, t, *right_of(h, t, root), pivot, right_of(h, t, root), r);
+		*l = root;
+	} else {
+		split(h, t, *left_of(h, t, root), pivot, l, left_of(h, t, root));
+		*r = root;
+	}
+}
+
+/* Joins l and r, every key of l before every key of r. */
+static int merge(struct hbm *h, enum tree t, int l, int r)
+{
+	if (l == 0 || r == 0)
+		return l ? l : r;
+	if (node(h, l)->prio > node(h, r)->prio) {
+		*right_of(h, t, l) = merge(h, t, *right_of(h, t, l), r);
+		return l;
+	}
+	*left_of(h, t, r) = merge(h, t, l, *left_of(h, t, r));
+	return r;
+}
+
+/* Goes down while the nodes outrank i, then splits what is below around it. */
+static void tree_insert(struct hbm *h, enum tree t, int *root, int i)
+{
+	int *at = root;
+	while (*at != 0 && node(h, *at)->prio > node(h, i)->prio)
+		at = before(h, t, i, *at) ? left_of(h, t, *at) : right_of(h, t, *at);
+	split(h, t, *at, i, left_of(h, t, i), right_of(h, t, i));
+	*at = i;
+}
+
+static void tree_erase(struct hbm *h, enum tree t, int *root, int i)
+{
+	int *at = root;
+	while (*at != 0 && *at != i)
+		at = before(h, t, i, *at) ? left_of(h, t, *at) : right_of(h, t, *at);
+	if (*at == i)
+		*at = merge(h, t, *left_of(h, t, i), *right_of(h, t, i));
+}
+
+/* The node of tree t (by a) whose a equals key, or 0. */
+static int find_at(struct hbm *h, enum tree t, int root, int64_t key)
+{
+	while (root != 0 && node(h, root)->a != key)
+		root = key < node(h, root)->a ? *left_of(h, t, root) : *right_of(h, t, root);
+	return root;
+}
+
+/* The last node of a tree, or 0. */
+static int last_of(struct hbm *h, enum tree t, int root)
+{
+	while (root != 0 && *right_of(h, t, root) != 0)
+		root = *right_of(h, t, root);
+	return root;
+}
+
+/*
+ * Best fit: the smallest gap of at least need bytes, the highest of equal ones (the first in
+ * the size tree's order from need on); 0 if none.
+ */
+static int best_gap(struct hbm *h, int64_t need)
+{
+	int best = 0;
+	for (int at = h->gaps_by_size; at != 0;) {
+		if (node(h, at)->b - node(h, at)->a >= need) {
+			best = at;
+			at = *left_of(h, T_GAP_SIZE, at);
+		} else {
+			at = *right_of(h, T_GAP_SIZE, at);
+		}
+	}
+	return best;
+}
+
+/* ---- Nodes ---- */
+
+static int node_new(struct hbm *h, int64_t a, int64_t b)
+{
+	int i = h->free_node;
+	if (i != 0) {
+		h->free_node = node(h, i)->left[0];
+	} else {
+		if (h->num_nodes == h->cap_nodes) {
+			int cap = h->cap_nodes ? h->cap_nodes * 2 : 64;
+			struct hbm_node *n = realloc(h->nodes, (size_t)cap * sizeof(*n));
+			if (n == NULL)
+				return 0;
+			h->nodes = n;
+			h->cap_nodes = cap;
+		}
+		i = ++h->num_nodes;
+	}
+	h->seed = h->seed * 1664525u + 1013904223u;
+	*node(h, i) = (struct hbm_node){.a = a, .b = b, .prio = h->seed};
+	return i;
+}
+
+static void node_free(struct hbm *h, int i)
+{
+	node(h, i)->left[0] = h->free_node;
+	h->free_node = i;
+}
+
+static void gap_add(struct hbm *h, int i)
+{
+	tree_insert(h, T_GAP_START, &h->gaps_by_start, i);
+	tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, i);
+}
+
+static void gap_remove(struct hbm *h, int i)
+{
+	tree_erase(h, T_GAP_START, &h->gaps_by_start, i);
+	tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, i);
+}
+
+/*
+ * Makes [from, to) free, merged with the gaps that touch it. Needs at most one new node; -1
+ * when there is none to have. A gap's place among the others by start never changes when it
+ * grows into a neighbouring range, so only the size tree moves it.
+ */
+static int free_range(struct hbm *h, int64_t from, int64_t to)
+{
+	/* No gap starts inside [from, to): the last gap before `to` is the one below, if any. */
+	int below = 0, above = 0;
+	for (int at = h->gaps_by_start; at != 0 && above == 0;) {
+		if (node(h, at)->a == to) {
+			above = at;
+			at = *left_of(h, T_GAP_START, at);
+			/* the one below is the greatest start in the left subtree, or found already
+			 */
+			for (; at != 0; at = *right_of(h, T_GAP_START, at))
+				below = at;
+		} else if (node(h, at)->a < to) {
+			below = at;
+			at = *right_of(h, T_GAP_START, at);
+		} else {
+			at = *left_of(h, T_GAP_START, at);
+		}
+	}
+	if (below != 0 && node(h, below)->b != from)
+		below = 0;
+	if (below == 0 && above == 0) {
+		int g = node_new(h, from, to);
+		if (g == 0)
+			return -1;
+		gap_add(h, g);
+		return 0;
+	}
+	if (below != 0 && above != 0) { /* the three become below */
+		gap_remove(h, above);
+		tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, below);
+		node(h, below)->b = node(h, above)->b;
+		node_free(h, above);
+		tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, below);
+		return 0;
+	}
+	int g = below != 0 ? below : above;
+	tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, g);
+	if (below != 0)
+		node(h, g)->b = to;
+	else
+		node(h, g)->a = from;
+	tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, g);
+	return 0;
+}
+
+/* ---- Buffers by offset: open addressing, linear probing ---- */
+
+static size_t home_of(const struct hbm *h, int64_t offset)
+{
+	uint64_t x = (uint64_t)offset; /* splitmix64's finalizer: every bit moves every bit */
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return (size_t)(x ^ (x >> 31)) & (h->table_size - 1);
+}
+
+/* The slot of the buffer at offset, or the empty slot where it would go. */
+static size_t table_probe(const struct hbm *h, int64_t offset)
+{
+	size_t i = home_of(h, offset);
+	while (h->table[i].size != 0 && h->table[i].offset != offset)
+		i = (i + 1) & (h->table_size - 1);
+	return i;
+}
+
+static int table_grow(struct hbm *h)
+{
+	if ((size_t)h->num_blocks * 2 + 2 <= h->table_size)
+		return 0;
+	size_t old = h->table_size, n = old ? old * 2 : 64;
+	struct hbm_buffer *was = h->table, *t = calloc(n, sizeof(*t));
+	if (t == NULL)
+		return -1;
+	h->table = t;
+	h->table_size = n;
+	for (size_t i = 0; i < old; i++)
+		if (was[i].size != 0)
+			h->table[table_probe(h, was[i].offset)] = was[i];
+	free(was);
+	return 0;
+}
+
+/* Empties slot i, moving later entries of its probe run back (backward-shift deletion). */
+static void table_remove(struct hbm *h, size_t i)
+{
+	size_t mask = h->table_size - 1;
+	h->table[i].size = 0;
+	for (size_t j = (i + 1) & mask; h->table[j].size != 0; j = (j + 1) & mask) {
+		size_t home = home_of(h, h->table[j].offset);
+		bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+		if (stays)
+			continue;
+		h->table[i] = h->table[j];
+		h->table[j].size = 0;
+		i = j;
+	}
+}
+
+/* ---- The heap ---- */
+
 int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st)
 {
 	memset(h, 0, sizeof(*h));
 	h->capacity = capacity / HBM_ALIGNMENT * HBM_ALIGNMENT;
 	h->stats.bytes_limit = h->capacity;
+	h->seed = 0x9e3779b9u;
+	if (h->capacity > 0 && free_range(h, 0, h->capacity) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	if (backed) {
 		void *p = mmap(NULL, (size_t)h->capacity, PROT_READ | PROT_WRITE,
 		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (p == MAP_FAILED)
+		if (p == MAP_FAILED) {
+			free(h->nodes);
 			return status_set(st, ST_RESOURCE_EXHAUSTED,
 			                  "cannot map %lld bytes of host memory for a heap",
 			                  (long long)h->capacity);
+		}
 		h->base = p;
 	}
 	return ST_OK;
@@ -35,16 +307,22 @@ void hbm_destroy(struct hbm *h)
 {
 	if (h->base != NULL)
 		munmap(h->base, (size_t)h->capacity);
-	free(h->blocks);
+	free(h->nodes);
+	free(h->table);
 	memset(h, 0, sizeof(*h));
 }
 
-static int64_t hbm_used(const struct hbm *h)
+/* Gives back the whole pages of the gaps in tree t under root. */
+static void return_pages(struct hbm *h, int root, int64_t page)
 {
-	int64_t used = h->reserved;
-	for (int i = 0; i < h->num_blocks; i++)
-		used += h->blocks[i].size;
-	return used;
+	while (root != 0) {
+		return_pages(h, *left_of(h, T_GAP_START, root), page);
+		const struct hbm_node *g = node(h, root);
+		int64_t from = (g->a + page - 1) / page * page, to = g->b / page * page;
+		if (to > from)
+			madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
+		root = *right_of(h, T_GAP_START, root);
+	}
 }
 
 void hbm_return_free_pages(struct hbm *h)
@@ -52,16 +330,7 @@ void hbm_return_free_pages(struct hbm *h)
 	if (h->base == NULL)
 		return;
 	h->retained = 0;
-	int64_t page = sysconf(_SC_PAGESIZE);
-	int64_t prev_end = h->reserved;
-	for (int i = 0; i <= h->num_blocks; i++) {
-		int64_t next = i < h->num_blocks ? h->blocks[i].offset : h->capacity;
-		int64_t from = (prev_end + page - 1) / page * page, to = next / page * page;
-		if (to > from)
-			madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
-		if (i < h->num_blocks)
-			prev_end = h->blocks[i].offset + h->blocks[i].size;
-	}
+	return_pages(h, h->gaps_by_start, sysconf(_SC_PAGESIZE));
 }
 
 /*
@@ -79,81 +348,73 @@ static void hbm_discard(struct hbm *h, int64_t bytes)
 
 static void hbm_note_usage(struct hbm *h)
 {
-	int64_t used = hbm_used(h);
-	if (used > h->stats.peak_bytes_in_use)
-		h->stats.peak_bytes_in_use = used;
+	if (h->used > h->stats.peak_bytes_in_use)
+		h->stats.peak_bytes_in_use = h->used;
 }
 
 int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 {
 	int64_t need = hbm_aligned_size(size);
-	struct hbm_stats now;
 	char want[16], free_text[16];
-	if (need < 0 || need > h->capacity)
-		goto fail;
 	/* Best fit: the smallest gap above the reservation that holds need; ties go up. */
-	int64_t best_end = -1, best_size = INT64_MAX;
-	int64_t prev_end = h->reserved;
-	for (int i = 0; i <= h->num_blocks; i++) {
-		int64_t next = i < h->num_blocks ? h->blocks[i].offset : h->capacity;
-		int64_t lo = prev_end > h->reserved ? prev_end : h->reserved;
-		int64_t gap = next - lo;
-		if (gap >= need && gap <= best_size) {
-			best_size = gap;
-			best_end = next;
-		}
-		if (i < h->num_blocks)
-			prev_end = h->blocks[i].offset + h->blocks[i].size;
+	int g = need < 0 || need > h->capacity ? 0 : best_gap(h, need);
+	if (g == 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED,
+		                  "Error allocating device buffer: Attempting to allocate %s. That "
+		                  "was not possible. There are %s free.",
+		                  status_human_bytes(want, size),
+		                  status_human_bytes(free_text, h->capacity - h->used));
+	if (table_grow(h) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	/* At the top of the gap; what stays below is still free (in the same place by start). */
+	int64_t at = node(h, g)->b - need;
+	if (at > node(h, g)->a) {
+		tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, g);
+		node(h, g)->b = at;
+		tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, g);
+	} else {
+		gap_remove(h, g);
+		node_free(h, g);
 	}
-	if (best_end < 0)
-		goto fail;
-	if (h->num_blocks == h->cap_blocks) {
-		int cap = h->cap_blocks ? h->cap_blocks * 2 : 16;
-		struct hbm_block *b = realloc(h->blocks, (size_t)cap * sizeof(*b));
-		if (b == NULL)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		h->blocks = b;
-		h->cap_blocks = cap;
-	}
-	int64_t at = best_end - need;
-	int pos = 0;
-	while (pos < h->num_blocks && h->blocks[pos].offset < at)
-		pos++;
-	memmove(&h->blocks[pos + 1], &h->blocks[pos],
-	        (size_t)(h->num_blocks - pos) * sizeof(h->blocks[0]));
-	h->blocks[pos] = (struct hbm_block){.offset = at, .size = need};
+	h->table[table_probe(h, at)] = (struct hbm_buffer){at, need};
 	h->num_blocks++;
+	h->used += need;
 	h->stats.num_allocs++;
 	/* A new buffer mostly lands on pages a freed one left committed. */
 	h->retained = h->retained > need ? h->retained - need : 0;
-
 	if (need > h->stats.largest_alloc_size)
 		h->stats.largest_alloc_size = need;
 	hbm_note_usage(h);
 	*offset = at;
 	return ST_OK;
-fail:
-	hbm_get_stats(h, &now);
-	return status_set(st, ST_RESOURCE_EXHAUSTED,
-	                  "Error allocating device buffer: Attempting to allocate %s. That was "
-	                  "not possible. There are %s free.",
-	                  status_human_bytes(want, size),
-	                  status_human_bytes(free_text, h->capacity - now.bytes_in_use));
 }
 
 int hbm_free(struct hbm *h, int64_t offset)
 {
-	for (int i = 0; i < h->num_blocks; i++) {
-		if (h->blocks[i].offset != offset)
-			continue;
-		int64_t size = h->blocks[i].size;
-		memmove(&h->blocks[i], &h->blocks[i + 1],
-		        (size_t)(h->num_blocks - i - 1) * sizeof(h->blocks[0]));
-		h->num_blocks--;
-		hbm_discard(h, size);
-		return ST_OK;
-	}
-	return ST_NOT_FOUND;
+	if (h->table_size == 0)
+		return ST_NOT_FOUND;
+	size_t i = table_probe(h, offset);
+	if (h->table[i].size == 0)
+		return ST_NOT_FOUND;
+	int64_t size = h->table[i].size;
+	table_remove(h, i);
+	free_range(h, offset, offset + size);
+	h->num_blocks--;
+	h->used -= size;
+	hbm_discard(h, size);
+	return ST_OK;
+}
+
+/*
+ * The lowest buffer's offset, or the capacity: how much the reservation may take. Where no gap
+ * starts just above the reservation, a buffer does (or the reservation fills the heap).
+ */
+static int64_t reservable(struct hbm *h)
+{
+	int g = find_at(h, T_GAP_START, h->gaps_by_start, h->reserved);
+	if (g != 0)
+		return node(h, g)->b;
+	return h->num_blocks > 0 ? h->reserved : h->capacity;
 }
 
 int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
@@ -164,18 +425,30 @@ int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
 	if (size == 0)
 		return ST_OK;
 	int64_t need = hbm_aligned_size(size);
-	int64_t reservable = h->num_blocks ? h->blocks[0].offset : h->capacity;
-	if (need < 0 || need > reservable) {
+	int64_t limit = reservable(h);
+	if (need < 0 || need > limit) {
 		char want[16], free_text[16], reserved[16], reservable_text[16];
 		return status_set(st, ST_RESOURCE_EXHAUSTED,
 		                  "Attempting to reserve %s at the bottom of memory. That was not "
 		                  "possible. There are %s free, %s reserved, and %s reservable.",
 		                  status_human_bytes(want, size),
-		                  status_human_bytes(free_text, h->capacity - hbm_used(h)),
+		                  status_human_bytes(free_text, h->capacity - h->used),
 		                  status_human_bytes(reserved, h->reserved),
-		                  status_human_bytes(reservable_text, reservable));
+		                  status_human_bytes(reservable_text, limit));
+	}
+	/* The bottom gap, [0, limit), gives up its first need bytes. */
+	int g = find_at(h, T_GAP_START, h->gaps_by_start, 0);
+	if (g != 0) {
+		gap_remove(h, g);
+		if (node(h, g)->b > need) {
+			node(h, g)->a = need;
+			gap_add(h, g);
+		} else {
+			node_free(h, g);
+		}
 	}
 	h->reserved = need;
+	h->used += need;
 	if (need > h->stats.peak_bytes_reserved)
 		h->stats.peak_bytes_reserved = need;
 	hbm_note_usage(h);
@@ -185,24 +458,22 @@ int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
 void hbm_release_reservation(struct hbm *h)
 {
 	int64_t was = h->reserved;
+	if (was == 0)
+		return;
 	h->reserved = 0;
-	if (was > 0)
-		hbm_discard(h, was);
+	h->used -= was;
+	free_range(h, 0, was);
+	hbm_discard(h, was);
 }
 
 void hbm_get_stats(const struct hbm *h, struct hbm_stats *out)
 {
+	struct hbm *m = (struct hbm *)h; /* the walks below change nothing */
 	*out = h->stats;
-	out->bytes_in_use = hbm_used(h);
+	out->bytes_in_use = h->used;
 	out->bytes_reserved = h->reserved;
-	out->bytes_reservable_limit = h->num_blocks ? h->blocks[0].offset : h->capacity;
-	int64_t largest = 0, prev_end = h->reserved;
-	for (int i = 0; i <= h->num_blocks; i++) {
-		int64_t next = i < h->num_blocks ? h->blocks[i].offset : h->capacity;
-		if (next - prev_end > largest)
-			largest = next - prev_end;
-		if (i < h->num_blocks)
-			prev_end = h->blocks[i].offset + h->blocks[i].size;
-	}
-	out->largest_free_block_bytes = largest;
+	out->bytes_reservable_limit = reservable(m);
+	int largest = last_of(m, T_GAP_SIZE, h->gaps_by_size);
+	out->largest_free_block_bytes =
+	    largest != 0 ? node(m, largest)->b - node(m, largest)->a : 0;
 }

@@ -25,9 +25,16 @@ struct hbm_stats {
 	int64_t largest_free_block_bytes;
 };
 
-struct hbm_block {
-	int64_t offset;
-	int64_t size;
+/* A free gap [a, b) of the heap, in its trees by start and by size (hbm.c). */
+struct hbm_node {
+	int64_t a, b;
+	int left[2], right[2]; /* node indices + 1 in the node's trees (0: none) */
+	uint32_t prio;
+};
+
+/* A device buffer in the heap's table by offset (size 0: an empty slot). */
+struct hbm_buffer {
+	int64_t offset, size;
 };
 
 /*
@@ -41,10 +48,21 @@ struct hbm {
 	int64_t capacity;
 	int64_t retained; /* estimate of freed bytes whose pages are still committed */
 
-	unsigned char *base;      /* NULL under --backing none */
-	struct hbm_block *blocks; /* sorted by offset */
+	unsigned char *base; /* NULL under --backing none */
+	/*
+	 * So that alloc and free take O(log n) with any number of buffers: the free gaps above
+	 * the reservation in treaps by start and by (size, end) for best fit, over one node pool;
+	 * the buffers in an open-addressing table by offset.
+	 */
+	struct hbm_node *nodes;
+	int num_nodes, cap_nodes;
+	int free_node;                   /* a free list through left[0] */
+	int gaps_by_start, gaps_by_size; /* roots */
+	struct hbm_buffer *table;
+	size_t table_size; /* a power of two, at least twice num_blocks */
 	int num_blocks;
-	int cap_blocks;
+	int64_t used; /* buffers plus the reservation */
+	uint32_t seed;
 	int64_t reserved;
 	struct hbm_stats stats;
 };

@@ -11,8 +11,10 @@
 
 static size_t slot_of(const struct registry *r, uint64_t handle)
 {
-	uint64_t x = handle * 0x9E3779B97F4A7C15ull; /* Fibonacci hashing */
-	return (size_t)(x >> 17) & (r->num_slots - 1);
+	uint64_t x = handle; /* splitmix64's finalizer: every bit moves every bit */
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return (size_t)(x ^ (x >> 31)) & (r->num_slots - 1);
 }
 
 /* The slot holding handle, or the empty slot where it would go. */

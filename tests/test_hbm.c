@@ -155,9 +155,113 @@ static void test_backing_holds_bytes(void **state)
 	hbm_destroy(&h);
 }
 
+/* The heap's rules written plainly (sorted blocks, linear scans): the reference. */
+struct model {
+	int64_t cap, reserved, off[4096], size[4096];
+	int n;
+};
+
+static int64_t model_alloc(struct model *m, int64_t size)
+{
+	int64_t need = hbm_aligned_size(size), best_end = -1, best = INT64_MAX, prev = m->reserved;
+	for (int i = 0; i <= m->n; i++) {
+		int64_t next = i < m->n ? m->off[i] : m->cap;
+		if (next - prev >= need && next - prev <= best) {
+			best = next - prev;
+			best_end = next;
+		}
+		if (i < m->n)
+			prev = m->off[i] + m->size[i];
+	}
+	if (best_end < 0)
+		return -1;
+	int64_t at = best_end - need;
+	int pos = 0;
+	while (pos < m->n && m->off[pos] < at)
+		pos++;
+	memmove(&m->off[pos + 1], &m->off[pos], (size_t)(m->n - pos) * sizeof(int64_t));
+	memmove(&m->size[pos + 1], &m->size[pos], (size_t)(m->n - pos) * sizeof(int64_t));
+	m->off[pos] = at;
+	m->size[pos] = need;
+	m->n++;
+	return at;
+}
+
+static void model_free(struct model *m, int k)
+{
+	memmove(&m->off[k], &m->off[k + 1], (size_t)(m->n - k - 1) * sizeof(int64_t));
+	memmove(&m->size[k], &m->size[k + 1], (size_t)(m->n - k - 1) * sizeof(int64_t));
+	m->n--;
+}
+
+static void model_check(const struct model *m, const struct hbm *h)
+{
+	int64_t used = m->reserved, largest = 0, prev = m->reserved;
+	for (int i = 0; i <= m->n; i++) {
+		int64_t next = i < m->n ? m->off[i] : m->cap;
+		largest = next - prev > largest ? next - prev : largest;
+		if (i < m->n) {
+			used += m->size[i];
+			prev = m->off[i] + m->size[i];
+		}
+	}
+	struct hbm_stats s;
+	hbm_get_stats(h, &s);
+	assert_int_equal(s.bytes_in_use, used);
+	assert_int_equal(s.bytes_reserved, m->reserved);
+	assert_int_equal(s.bytes_reservable_limit, m->n ? m->off[0] : m->cap);
+	assert_int_equal(s.largest_free_block_bytes, largest);
+}
+
+/*
+ * Random allocations, frees, reservations and releases: the heap places every buffer where the
+ * plain rules do and its statistics stay exact.
+ */
+static void test_heap_agrees_with_the_plain_rules(void **state)
+{
+	static struct model m;
+	struct hbm h;
+	struct status st;
+	m = (struct model){.cap = 64 * MiB};
+	assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);
+	unsigned seed = 99;
+	for (int step = 0; step < 40000; step++) {
+		seed = seed * 1103515245u + 12345u;
+		unsigned r = seed >> 8;
+		if (r % 50 == 0) { /* a program's reservation comes and goes */
+			if (m.reserved) {
+				hbm_release_reservation(&h);
+				m.reserved = 0;
+			} else {
+				int64_t want = (int64_t)(r % (4 * MiB)) + 1;
+				int64_t need = hbm_aligned_size(want);
+				int ok = need <= (m.n ? m.off[0] : m.cap);
+				assert_int_equal(hbm_reserve_bottom(&h, want, &st),
+				                 ok ? ST_OK : ST_RESOURCE_EXHAUSTED);
+				if (ok)
+					m.reserved = need;
+			}
+		} else if (m.n > 0 && (r % 3 == 0 || m.n == 4096)) {
+			int k = (int)((r / 3) % (unsigned)m.n);
+			assert_int_equal(hbm_free(&h, m.off[k]), ST_OK);
+			model_free(&m, k);
+		} else {
+			int64_t size = (int64_t)(r % (512 * 1024)) + 1, at;
+			int64_t want = model_alloc(&m, size);
+			int rv = hbm_alloc(&h, size, &at, &st);
+			assert_int_equal(rv, want < 0 ? ST_RESOURCE_EXHAUSTED : ST_OK);
+			if (want >= 0)
+				assert_int_equal(at, want);
+		}
+		model_check(&m, &h);
+	}
+	hbm_destroy(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_heap_agrees_with_the_plain_rules),
 	    cmocka_unit_test(test_buffers_fill_from_top_best_fit),
 	    cmocka_unit_test(test_sizes_are_aligned),
 	    cmocka_unit_test(test_allocation_failure_text),
