@@ -1,0 +1,265 @@
+/* Data-plane streams: closing ordered with operations, frames written in order, exact reads. */
+#include "dp_internal.h"
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+static void ds_init(struct dp_stream *ds, nng_stream *s)
+{
+	ds->s = s;
+	ds->closed = false;
+	pthread_mutex_init(&ds->lock, NULL);
+}
+
+void ds_close(struct dp_stream *ds)
+{
+	pthread_mutex_lock(&ds->lock);
+	ds->closed = true;
+	nng_stream_close(ds->s);
+	pthread_mutex_unlock(&ds->lock);
+}
+
+static void ds_io(struct dp_stream *ds, nng_aio *aio, bool send)
+{
+	pthread_mutex_lock(&ds->lock);
+	if (ds->closed)
+		nng_sleep_aio(0, aio);
+	else if (send)
+		nng_stream_send(ds->s, aio);
+	else
+		nng_stream_recv(ds->s, aio);
+	pthread_mutex_unlock(&ds->lock);
+}
+
+static void ds_fini(struct dp_stream *ds)
+{
+	nng_stream_free(ds->s);
+	pthread_mutex_destroy(&ds->lock);
+}
+
+/* ---- Writing frames to a stream in order, each whole before the next ---- */
+
+static void writer_send(struct dp_writer *w, struct dp_frame *f)
+{
+	nng_aio_set_iov(w->aio, f->niov, f->iov);
+	ds_io(w->ds, w->aio, true);
+}
+
+void writer_enqueue(struct dp_writer *w, struct dp_frame *f)
+{
+	f->next = NULL;
+	pthread_mutex_lock(&w->lock);
+	if (w->error != 0) {
+		int e = w->error;
+		pthread_mutex_unlock(&w->lock);
+		f->done(f, e);
+		return;
+	}
+	bool start = w->head == NULL;
+	if (start)
+		w->head = f;
+	else
+		w->tail->next = f;
+	w->tail = f;
+	pthread_mutex_unlock(&w->lock);
+	if (start)
+		writer_send(w, f);
+}
+
+/* Drops the first n bytes of f's vector. */
+static void frame_advance(struct dp_frame *f, size_t n)
+{
+	unsigned k = 0;
+	while (k < f->niov && n >= f->iov[k].iov_len)
+		n -= f->iov[k++].iov_len;
+	if (k < f->niov) {
+		f->iov[k].iov_buf = (char *)f->iov[k].iov_buf + n;
+		f->iov[k].iov_len -= n;
+	}
+	memmove(f->iov, f->iov + k, (f->niov - k) * sizeof(f->iov[0]));
+	f->niov -= k;
+}
+
+/* Fails every queued frame; the stream is broken. */
+void writer_fail(struct dp_writer *w, int rv)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->error == 0)
+		w->error = rv;
+	struct dp_frame *list = w->head;
+	w->head = w->tail = NULL;
+	pthread_mutex_unlock(&w->lock);
+	while (list != NULL) {
+		struct dp_frame *next = list->next;
+		list->done(list, rv);
+		list = next;
+	}
+}
+
+static void writer_cb(void *arg)
+{
+	struct dp_writer *w = arg;
+	int rv = nng_aio_result(w->aio);
+	size_t n = nng_aio_count(w->aio);
+	if (rv == 0 && n == 0)
+		rv = NNG_ECLOSED;
+	if (rv != 0) {
+		ds_close(w->ds);
+		writer_fail(w, rv);
+		return;
+	}
+	pthread_mutex_lock(&w->lock);
+	struct dp_frame *f = w->head;
+	if (f == NULL) { /* failed meanwhile */
+		pthread_mutex_unlock(&w->lock);
+		return;
+	}
+	frame_advance(f, n);
+	if (f->niov > 0) {
+		pthread_mutex_unlock(&w->lock);
+		writer_send(w, f);
+		return;
+	}
+	w->head = f->next;
+	if (w->head == NULL)
+		w->tail = NULL;
+	struct dp_frame *next = w->head;
+	pthread_mutex_unlock(&w->lock);
+	f->done(f, 0);
+	if (next != NULL)
+		writer_send(w, next);
+}
+
+static int writer_init(struct dp_writer *w, struct dp_stream *ds)
+{
+	pthread_mutex_init(&w->lock, NULL);
+	w->ds = ds;
+	return nng_aio_alloc(&w->aio, writer_cb, w);
+}
+
+/* ---- Reading exactly n bytes ---- */
+
+/*
+ * The socket under a plain TCP stream, found by its two addresses among this process's
+ * descriptors; -1 when there is none. nng 1.5 has no option for a stream's receive low-water
+ * mark, and without one a reader is woken for every segment loopback delivers (64 KiB): about
+ * 64 wake-ups and thread hand-offs per 4 MiB chunk. The descriptor stays nng's: only
+ * SO_RCVLOWAT is set on it.
+ */
+int stream_socket(nng_stream *s)
+{
+	nng_sockaddr la, ra;
+	if (nng_stream_get_addr(s, NNG_OPT_LOCADDR, &la) != 0 ||
+	    nng_stream_get_addr(s, NNG_OPT_REMADDR, &ra) != 0 || la.s_family != NNG_AF_INET ||
+	    ra.s_family != NNG_AF_INET)
+		return -1;
+	DIR *d = opendir("/proc/self/fd");
+	if (d == NULL)
+		return -1;
+	int found = -1;
+	struct dirent *e;
+	while (found < 0 && (e = readdir(d)) != NULL) {
+		char *end;
+		long fd = strtol(e->d_name, &end, 10);
+		struct sockaddr_in a, b;
+		socklen_t al = sizeof(a), bl = sizeof(b);
+		if (*end != '\0' || end == e->d_name || fd == dirfd(d) ||
+		    getsockname((int)fd, (struct sockaddr *)&a, &al) != 0 ||
+		    a.sin_family != AF_INET ||
+		    getpeername((int)fd, (struct sockaddr *)&b, &bl) != 0 ||
+		    b.sin_family != AF_INET)
+			continue;
+		if (a.sin_port == la.s_in.sa_port && a.sin_addr.s_addr == la.s_in.sa_addr &&
+		    b.sin_port == ra.s_in.sa_port && b.sin_addr.s_addr == ra.s_in.sa_addr)
+			found = (int)fd;
+	}
+	closedir(d);
+	return found;
+}
+
+static void reader_more(struct dp_reader *r)
+{
+	/*
+	 * Woken when what is left (up to DP_RCVLOWAT) is there. Never more than is still to come:
+	 * nng completes a read as soon as it got any bytes, and the next one sets the mark anew
+	 * before it waits.
+	 */
+	if (r->fd >= 0) {
+		size_t left = r->want - r->got;
+		int mark = left < DP_RCVLOWAT ? (int)left : (int)DP_RCVLOWAT;
+		if (mark != r->lowat &&
+		    setsockopt(r->fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof(mark)) == 0)
+			r->lowat = mark;
+	}
+	nng_iov iov = {r->buf + r->got, r->want - r->got};
+	nng_aio_set_iov(r->aio, 1, &iov);
+	ds_io(r->ds, r->aio, false);
+}
+
+void reader_read(struct dp_reader *r, void *buf, size_t want)
+{
+	r->buf = buf;
+	r->want = want;
+	r->got = 0;
+	reader_more(r);
+}
+
+/* In the reader's callback: 1 when the bytes are all there, 0 when it reads on, or -1. */
+int reader_step(struct dp_reader *r, int *err)
+{
+	int rv = nng_aio_result(r->aio);
+	size_t n = nng_aio_count(r->aio);
+	if (rv == 0 && n == 0)
+		rv = NNG_ECONNSHUT;
+	if (rv != 0) {
+		*err = rv;
+		return -1;
+	}
+	r->got += n;
+	if (r->got < r->want) {
+		reader_more(r);
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * Both ends of a connection: the stream, a writer and a reader whose callback is cb(arg).
+ * On failure nothing is left allocated but the stream, which stays the caller's.
+ */
+int link_init(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r, nng_stream *s,
+              void (*cb)(void *), void *arg)
+{
+	/* Acknowledgements and headers are small writes that must not wait for Nagle's timer. */
+	nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
+	ds_init(ds, s);
+	r->ds = ds;
+	r->fd = -1;
+	r->lowat = 1;
+	if (writer_init(w, ds) != 0) {
+		pthread_mutex_destroy(&w->lock);
+		pthread_mutex_destroy(&ds->lock);
+		return -1;
+	}
+	if (nng_aio_alloc(&r->aio, cb, arg) != 0) {
+		nng_aio_free(w->aio);
+		pthread_mutex_destroy(&w->lock);
+		pthread_mutex_destroy(&ds->lock);
+		return -1;
+	}
+	return 0;
+}
+
+/* Closes and frees a link. Never from one of its own callbacks. */
+void link_fini(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r)
+{
+	ds_close(ds);
+	nng_aio_free(r->aio);
+	nng_aio_free(w->aio);
+	writer_fail(w, NNG_ECLOSED); /* frames never started */
+	ds_fini(ds);
+	pthread_mutex_destroy(&w->lock);
+}
