@@ -80,6 +80,11 @@ struct pe_groups {
 	size_t num_groups;
 };
 
+/* One RPC to the coordinator with a fresh arena (*a) that the caller frees; c's error set. */
+int client_call(pe_client *c, unsigned method, const void *req, struct arena **a, void **reply,
+                int timeout_ms);
+/* Releases device buffers of c's session (nothing while pe_disconnect closes it). */
+int client_release_handles(pe_client *c, uint64_t *handles, size_t n);
 /* Records code and message as c's last error; returns code. */
 int client_fail(pe_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int client_fail_status(pe_client *c, const struct status *st);
