@@ -28,7 +28,7 @@ struct run {
 	uint32_t *send_tags;    /* [world] */
 	uint32_t *recv_tags;    /* [world] */
 	struct dp_chan **chans; /* [hosts] */
-	unsigned char *scratch; /* one chunk: the collective's accounted scratch */
+	unsigned char *scratch; /* one chunk in the step's reservation, where the plan put it */
 	unsigned char *pack;    /* one chunk: gathers strided blocks for sending */
 	struct timespec deadline;
 	struct recv_post *receives; /* [phase]: see struct recv_post */
@@ -692,7 +692,8 @@ static void apply_scale(struct run *r, const struct shape *s, double scale)
 	}
 }
 
-int coll_run(struct device *dev, struct step *s, struct core *c, int node, struct status *st)
+int coll_run(struct device *dev, struct step *s, struct core *c, int node, void *scratch,
+             int64_t scratch_bytes, struct status *st)
 {
 	const Podemu__CollectiveSchedule *sched = s->sched[c->local][node];
 	const Podemu__Node *n = s->node_of[node];
@@ -714,13 +715,22 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	r.send_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.recv_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.chans = calloc((size_t)dev->num_hosts, sizeof(*r.chans));
-	if (dev->backed) {
-		r.scratch = malloc((size_t)s->chunk_bytes);
+	/* A reducing collective combines through the chunk the plan reserved for it. */
+	enum opcode op = opcode_parse(n->opcode);
+	int64_t in_bytes = shape_bytes(&s->shapes[step_operand(s, node, 0)]);
+	int64_t need = in_bytes < s->chunk_bytes ? in_bytes : s->chunk_bytes;
+	bool reduces = op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER;
+	r.scratch = scratch;
+	if (dev->backed)
 		r.pack = malloc((size_t)s->chunk_bytes);
-	}
 	int rv = ST_OK;
-	if (!r.send_tags || !r.recv_tags || !r.chans || (dev->backed && (!r.scratch || !r.pack)))
+	if (!r.send_tags || !r.recv_tags || !r.chans || (dev->backed && !r.pack))
 		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	else if (dev->backed && reduces && need > 0 && (scratch == NULL || scratch_bytes < need))
+		rv = status_set(st, ST_INVALID_ARGUMENT,
+		                "program: the plan reserves %lld bytes of scratch, not the %lld it "
+		                "combines through",
+		                (long long)(scratch ? scratch_bytes : 0), (long long)need);
 	/* Without it, every chunk from a peer agent is copied by this core. */
 	r.receives = calloc(sched->n_phases + 1, sizeof(*r.receives));
 	if (rv == ST_OK && r.receives != NULL)
@@ -756,7 +766,6 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, struc
 	free(r.send_tags);
 	free(r.recv_tags);
 	free(r.chans);
-	free(r.scratch);
 	free(r.pack);
 	free(r.posts);
 	free(r.receives);

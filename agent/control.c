@@ -218,9 +218,8 @@ int control_allocate(struct device *dev, struct step *s, struct status *st)
 	return ST_OK;
 }
 
-/* Address of bytes at offset in frame f's part of the reservation, or NULL without bytes. */
-static int frame_ptr(struct step *s, struct core *c, const struct frame *f, int64_t offset,
-                     int64_t bytes, int id, void **out, struct status *st)
+int control_frame_ptr(struct step *s, struct core *c, const struct frame *f, int64_t offset,
+                      int64_t bytes, int id, void **out, struct status *st)
 {
 	int64_t at = f->base + offset;
 	if (at < 0 || at > s->prog->temp_bytes || bytes > s->prog->temp_bytes - at)
@@ -248,7 +247,8 @@ int control_place(struct step *s, struct core *c, const struct frame *f, int id,
 		return ST_OK; /* the entry's values are where step_allocate put them */
 	switch (b->kind) {
 	case PODEMU__BUFFER_KIND__BUFFER_TEMP:
-		return frame_ptr(s, c, f, b->offset, shape_bytes(&s->shapes[id]), id, ptr, st);
+		return control_frame_ptr(s, c, f, b->offset, shape_bytes(&s->shapes[id]), id, ptr,
+		                         st);
 	case PODEMU__BUFFER_KIND__BUFFER_CALLER:
 		if (op != OP_PARAMETER) {
 			if (b->alias_of >= f->n_results)
@@ -372,9 +372,9 @@ int control_run(struct device *dev, struct step *s, struct core *c, const struct
 		const Podemu__BufferAssignment *e = b->elements[k];
 		int rv = ST_OK;
 		if (e->kind == PODEMU__BUFFER_KIND__BUFFER_TEMP)
-			rv = frame_ptr(s, c, f, e->offset,
-			               shape_bytes(element_shape(&s->shapes[id], k)), id, &out[k],
-			               st);
+			rv = control_frame_ptr(s, c, f, e->offset,
+			                       shape_bytes(element_shape(&s->shapes[id], k)), id,
+			                       &out[k], st);
 		else if (e->kind == PODEMU__BUFFER_KIND__BUFFER_ALIAS)
 			out[k] = core_ptr(c, s, e->alias_of);
 		else if (e->alias_of < f->n_results)

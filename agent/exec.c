@@ -634,8 +634,14 @@ int step_run_nodes(struct device *dev, struct step *s, struct core *c, const str
 		if (opcode_is_collective(op)) {
 			if (dev->stall_before_collective)
 				return stall(dev, s, c, i, st);
+			const Podemu__BufferAssignment *b = s->prog->buffers[i];
+			void *scratch = NULL;
+			if (dev->backed && b->scratch_bytes > 0 &&
+			    (rv = control_frame_ptr(s, c, f, b->scratch_offset, b->scratch_bytes, i,
+			                            &scratch, st)) != ST_OK)
+				return rv;
 			set_position(dev, s, c, i);
-			rv = coll_run(dev, s, c, i, st);
+			rv = coll_run(dev, s, c, i, scratch, b->scratch_bytes, st);
 			set_position(dev, s, c, CORE_COMPUTING);
 			if (rv != ST_OK)
 				return rv;

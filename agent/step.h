@@ -139,13 +139,23 @@ int control_place(struct step *s, struct core *c, const struct frame *f, int id,
 /* Runs a while, conditional or call node on core c (control.c). */
 int control_run(struct device *dev, struct step *s, struct core *c, const struct frame *f, int id,
                 struct status *st);
+/*
+ * The address of bytes at offset in frame f's part of the reservation (NULL without backing);
+ * INVALID_ARGUMENT when they are not inside it (node id names them).
+ */
+int control_frame_ptr(struct step *s, struct core *c, const struct frame *f, int64_t offset,
+                      int64_t bytes, int id, void **out, struct status *st);
 /* Checks what step_build can of the computations: kinds, slots, what the pod runs. */
 int control_check(struct device *dev, struct step *s, struct status *st);
 /* The staging of each while's results on every core (backed pods), at prepare. */
 int control_allocate(struct device *dev, struct step *s, struct status *st);
 
-/* Runs core c's schedule for collective node `node` of s. */
-int coll_run(struct device *dev, struct step *s, struct core *c, int node, struct status *st);
+/*
+ * Runs core c's schedule for collective node `node` of s; a reducing one combines through
+ * scratch (scratch_bytes of the reservation where the plan put them).
+ */
+int coll_run(struct device *dev, struct step *s, struct core *c, int node, void *scratch,
+             int64_t scratch_bytes, struct status *st);
 /* Queues a chunk from a peer agent for its core (lock held by the caller). */
 int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *req,
                         const struct dp_header *h, const void *payload, struct status *st);

@@ -353,6 +353,10 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 	return ST_OK;
 }
 
+/* Collectives that combine what they receive with their input through a scratch chunk. */
+static const char *const reducing_collectives[] = {"all-reduce", "all-reduce-start",
+                                                   "reduce-scatter", NULL};
+
 /*
  * The heap of computation c: its temporaries and constants, and at each position the scratch
  * of its collectives and the heap of the callee running there, placed by heap_place; offsets
@@ -574,8 +578,6 @@ static int assign_value(struct builder *b, struct comp_state *x, int k,
 static int account(struct builder *b, struct comp_state *x, int i, int depth,
                    struct comp_result *res)
 {
-	static const char *const reducing[] = {"all-reduce", "all-reduce-start", "reduce-scatter",
-	                                       NULL};
 	static const char *const collectives[] = {
 	    "all-gather",         "all-gather-start",         "all-reduce",
 	    "all-reduce-start",   "reduce-scatter",           "all-to-all",
@@ -600,7 +602,7 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	int size;
 	if (verify_collective(in, out->world_size, &b->groups, &size, b->st) != ST_OK)
 		return ST_INVALID_ARGUMENT;
-	int64_t reduced = hlo_is_any(in, reducing) && in->n_operands > 0
+	int64_t reduced = hlo_is_any(in, reducing_collectives) && in->n_operands > 0
 	                      ? value_bytes(&in->operands[0]->shape)
 	                      : 0;
 	int64_t sent = sent_by(in, size);
@@ -667,15 +669,32 @@ static int finish(struct builder *b, struct comp_state *x, struct comp_result *r
 	cp->n_values = arena_calloc(b->a, (size_t)n + 1, sizeof(int));
 	cp->values = arena_calloc(b->a, (size_t)n + 1, sizeof(int *));
 	cp->callee_at = arena_calloc(b->a, (size_t)n + 1, sizeof(int64_t));
-	if (cp->n_values == NULL || cp->values == NULL || cp->callee_at == NULL)
+	cp->scratch_at = arena_calloc(b->a, (size_t)n + 1, sizeof(int64_t));
+	cp->scratch_bytes = arena_calloc(b->a, (size_t)n + 1, sizeof(int64_t));
+	if (cp->n_values == NULL || cp->values == NULL || cp->callee_at == NULL ||
+	    cp->scratch_at == NULL || cp->scratch_bytes == NULL)
 		return oom(b);
 	for (int i = 0; i < n; i++) {
 		cp->n_values[i] = x->refs[i].n;
 		cp->values[i] = x->refs[i].ids;
 		cp->callee_at[i] = -1;
+		cp->scratch_at[i] = -1;
 	}
 	if ((res->heap = place(b, c, x->scratch, x->order, n)) < 0)
 		return oom(b);
+	/*
+	 * A reducing collective's chunk closes the block placed where it runs (a merged one
+	 * shares its group's, whose members run one after the other from there).
+	 */
+	for (int i = 0; i < n; i++) {
+		int at = x->at[i];
+		if (x->coll_scratch[at] <= 0 || x->fused_into[i] >= 0 ||
+		    !hlo_is_any(c->instructions[i], reducing_collectives))
+			continue;
+		cp->scratch_bytes[i] = x->coll_scratch[at];
+		cp->scratch_at[i] =
+		    cp->callee_at[x->order[at]] + x->scratch[at] - x->coll_scratch[at];
+	}
 	/* Live bytes at each position: +bytes at first, -bytes after last. */
 	int64_t *delta = arena_calloc(b->a, (size_t)n + 1, sizeof(int64_t));
 	res->live = arena_calloc(b->a, (size_t)n + 1, sizeof(int64_t));

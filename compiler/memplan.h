@@ -72,7 +72,9 @@ struct comp_plan {
 	int *n_values;      /* [instruction]: buffers of its value */
 	int **values;       /* [instruction][k]: buffer indices */
 	int64_t *callee_at; /* [instruction]: offset of its callee's heap, or -1 */
-	int64_t heap;       /* bytes of this computation's heap (its temporaries by liveness) */
+	/* [instruction]: a reducing collective's scratch chunk in the heap (offset -1: none) */
+	int64_t *scratch_at, *scratch_bytes;
+	int64_t heap; /* bytes of this computation's heap (its temporaries by liveness) */
 };
 
 struct memplan {

@@ -150,6 +150,10 @@ static int assignment(Podemu__BufferAssignment *b, const struct planner *p, int 
 	b->bytes = shape_bytes(&p->shapes[c < 0 ? i : id]);
 	if (cp->order == NULL) /* a computation nothing calls */
 		return ST_OK;
+	if (cp->scratch_at[i] >= 0) {
+		b->scratch_offset = cp->scratch_at[i];
+		b->scratch_bytes = cp->scratch_bytes[i];
+	}
 	int nv = cp->n_values[i];
 	const int *vals = cp->values[i];
 	const struct plan_buffer *buf = nv == 1 ? &p->mp->buffers[vals[0]] : NULL;
