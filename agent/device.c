@@ -67,6 +67,7 @@ void device_destroy(struct device *dev)
 	for (int i = 0; i < dev->num_buffers; i++)
 		free(dev->buffers[i].offsets);
 	free(dev->buffers);
+	hindex_free(&dev->index);
 	for (int i = 0; i < dev->cores_per_host; i++) {
 		hbm_destroy(&dev->cores[i].heap);
 		pthread_cond_destroy(&dev->cores[i].cv);
@@ -91,10 +92,8 @@ void device_wake_cores(struct device *dev)
 
 struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle)
 {
-	for (int i = 0; i < dev->num_buffers; i++)
-		if (dev->buffers[i].handle == handle)
-			return &dev->buffers[i];
-	return NULL;
+	int i = hindex_find(&dev->index, dev->buffers, sizeof(dev->buffers[0]), handle);
+	return i >= 0 ? &dev->buffers[i] : NULL;
 }
 
 int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
@@ -108,9 +107,35 @@ int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *s
 		dev->buffers = b;
 		dev->cap_buffers = cap;
 	}
-	dev->buffers[dev->num_buffers++] =
+	int i = dev->num_buffers;
+	dev->buffers[i] =
 	    (struct device_buffer){.handle = handle, .shape = *shape, .offsets = offsets};
+	if (hindex_add(&dev->index, dev->buffers, sizeof(dev->buffers[0]), i + 1, i) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	dev->num_buffers++;
 	return ST_OK;
+}
+
+void device_rename_buffer(struct device *dev, struct device_buffer *b, uint64_t handle)
+{
+	int i = (int)(b - dev->buffers);
+	hindex_remove(&dev->index, dev->buffers, sizeof(dev->buffers[0]), i, i);
+	b->handle = handle;
+	/* The index has room: it held this entry a moment ago. */
+	hindex_add(&dev->index, dev->buffers, sizeof(dev->buffers[0]), dev->num_buffers, i);
+}
+
+/* Frees buffer b's bytes on every core and forgets it (lock held). */
+static void remove_buffer(struct device *dev, struct device_buffer *b)
+{
+	for (int c = 0; c < dev->cores_per_host; c++)
+		hbm_free(&dev->cores[c].heap, b->offsets[c]);
+	free(b->offsets);
+	int i = (int)(b - dev->buffers), last = dev->num_buffers - 1;
+	hindex_remove(&dev->index, dev->buffers, sizeof(dev->buffers[0]), i, last);
+	dev->buffers[i] = dev->buffers[last];
+	dev->num_buffers--;
+	device_note_activity(dev);
 }
 
 int device_create_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
@@ -238,11 +263,7 @@ int device_release(struct device *dev, const uint64_t *handles, size_t n, struct
 			                (unsigned long long)handles[k]);
 			continue;
 		}
-		for (int c = 0; c < dev->cores_per_host; c++)
-			hbm_free(&dev->cores[c].heap, b->offsets[c]);
-		free(b->offsets);
-		*b = dev->buffers[--dev->num_buffers];
-		device_note_activity(dev);
+		remove_buffer(dev, b);
 	}
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
@@ -296,10 +317,7 @@ int device_forget_all(struct device *dev, const char *reason, int wait_ms)
 		struct device_buffer *b = &dev->buffers[i];
 		if (device_step_uses(dev, b->handle))
 			continue;
-		for (int c = 0; c < dev->cores_per_host; c++)
-			hbm_free(&dev->cores[c].heap, b->offsets[c]);
-		free(b->offsets);
-		*b = dev->buffers[--dev->num_buffers];
+		remove_buffer(dev, b);
 		freed++;
 	}
 	pthread_mutex_unlock(&dev->lock);

@@ -12,6 +12,7 @@
 
 #include "arena.h"
 #include "dataplane.h"
+#include "hindex.h"
 #include "dtype.h"
 #include "hbm.h"
 #include "podemu.pb-c.h"
@@ -42,7 +43,7 @@ struct core {
 
 /* A device buffer exists on every core of the host (SPMD), at its own offset in each heap. */
 struct device_buffer {
-	uint64_t handle;
+	uint64_t handle; /* first: the hash index reads it there */
 	struct shape shape;
 	int64_t *offsets; /* [cores_per_host] */
 };
@@ -60,7 +61,8 @@ struct device {
 	struct device_buffer *buffers;
 	int num_buffers;
 	int cap_buffers;
-	struct step *step; /* prepared or running */
+	struct hindex index; /* handle -> buffers[] position */
+	struct step *step;   /* prepared or running */
 	struct dataplane *dp;
 	bool stopping;
 	/* Memory freed since the cores were last idle: kept for the next step until then. */
@@ -152,6 +154,8 @@ void device_unplace(void *arg, struct dp_request *req);
 
 /* Internal to the agent: the lookup and the executor loop shared by device.c and exec.c. */
 struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle);
+/* A donated buffer becomes the output's: the same bytes under a new handle (lock held). */
+void device_rename_buffer(struct device *dev, struct device_buffer *b, uint64_t handle);
 /* Adds a buffer record that takes ownership of offsets. Lock held. */
 int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
                       int64_t *offsets, struct status *st);

@@ -734,7 +734,7 @@ static int step_publish(struct device *dev, struct step *s, struct status *st)
 			if (db == NULL)
 				return status_set(st, ST_INTERNAL, "node %zu: its donor is gone",
 				                  i);
-			db->handle = b->handle;
+			device_rename_buffer(dev, db, b->handle);
 			db->shape = s->shapes[i];
 			for (int c = 0; c < dev->cores_per_host; c++)
 				s->offsets[c][i] = -1;

@@ -1,7 +1,7 @@
 /*
- * The coordinator's device buffer table: dense entries (for walks over every buffer) and an
- * open-addressing index (linear probing) from handle to entry, so that a lookup costs the same
- * with ten buffers or a million. Every function runs with the registry's lock held.
+ * The coordinator's device buffer table: dense entries (for walks over every buffer) and a
+ * hash index from handle to entry (common/hindex.c). Every function runs with the registry's
+ * lock held.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,48 +9,10 @@
 
 #include "registry.h"
 
-static size_t slot_of(const struct registry *r, uint64_t handle)
-{
-	uint64_t x = handle; /* splitmix64's finalizer: every bit moves every bit */
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return (size_t)(x ^ (x >> 31)) & (r->num_slots - 1);
-}
-
-/* The slot holding handle, or the empty slot where it would go. */
-static size_t probe(const struct registry *r, uint64_t handle)
-{
-	size_t s = slot_of(r, handle);
-	while (r->slots[s] != 0 && r->handles[r->slots[s] - 1].handle != handle)
-		s = (s + 1) & (r->num_slots - 1);
-	return s;
-}
-
-/* A larger index, at most half full. */
-static int grow_index(struct registry *r, size_t want_entries)
-{
-	size_t n = r->num_slots ? r->num_slots : 128;
-	while (n < 2 * want_entries)
-		n *= 2;
-	if (n == r->num_slots)
-		return 0;
-	int *slots = calloc(n, sizeof(*slots));
-	if (slots == NULL)
-		return -1;
-	free(r->slots);
-	r->slots = slots;
-	r->num_slots = n;
-	for (int i = 0; i < r->num_handles; i++)
-		r->slots[probe(r, r->handles[i].handle)] = i + 1;
-	return 0;
-}
-
 struct handle_entry *registry_find_handle(struct registry *r, uint64_t handle)
 {
-	if (r->num_slots == 0)
-		return NULL;
-	size_t s = probe(r, handle);
-	return r->slots[s] != 0 ? &r->handles[r->slots[s] - 1] : NULL;
+	int i = hindex_find(&r->index, r->handles, sizeof(r->handles[0]), handle);
+	return i >= 0 ? &r->handles[i] : NULL;
 }
 
 int registry_add_handle(struct registry *r, uint64_t handle, uint64_t session, int64_t bytes,
@@ -75,44 +37,26 @@ int registry_add_handle(struct registry *r, uint64_t handle, uint64_t session, i
 		r->handles = e;
 		r->cap_handles = cap;
 	}
-	if (grow_index(r, (size_t)r->num_handles + 1) != 0)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int i = r->num_handles++;
+	int i = r->num_handles;
 	struct handle_entry *e = &r->handles[i];
 	*e = (struct handle_entry){
 	    .handle = handle, .session = session, .bytes = bytes, .shape = *shape};
 	snprintf(e->layout, sizeof(e->layout), "%s", layout != NULL ? layout : "");
-	r->slots[probe(r, handle)] = i + 1;
+	if (hindex_add(&r->index, r->handles, sizeof(r->handles[0]), i + 1, i) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	r->num_handles++;
 	return ST_OK;
 }
 
 void registry_remove_handle(struct registry *r, uint64_t handle)
 {
-	if (r->num_slots == 0)
+	int i = hindex_find(&r->index, r->handles, sizeof(r->handles[0]), handle);
+	if (i < 0)
 		return;
-	size_t hole = probe(r, handle);
-	if (r->slots[hole] == 0)
-		return;
-	int i = r->slots[hole] - 1;
-	/* Backward-shift deletion: later entries of the probe run move up into the hole. */
-	size_t mask = r->num_slots - 1;
-	r->slots[hole] = 0;
-	for (size_t s = (hole + 1) & mask; r->slots[s] != 0; s = (s + 1) & mask) {
-		size_t home = slot_of(r, r->handles[r->slots[s] - 1].handle);
-		/* The entry at s may fill the hole when its home is not within (hole, s]. */
-		bool stays = hole <= s ? (home > hole && home <= s) : (home > hole || home <= s);
-		if (stays)
-			continue;
-		r->slots[hole] = r->slots[s];
-		r->slots[s] = 0;
-		hole = s;
-	}
-	/* The last entry takes the freed place in the dense array. */
-	int last = --r->num_handles;
-	if (i != last) {
-		r->handles[i] = r->handles[last];
-		r->slots[probe(r, r->handles[i].handle)] = i + 1;
-	}
+	int last = r->num_handles - 1;
+	hindex_remove(&r->index, r->handles, sizeof(r->handles[0]), i, last);
+	r->handles[i] = r->handles[last];
+	r->num_handles--;
 }
 
 int registry_unknown_handle(const struct registry *r, uint64_t handle, uint64_t session,

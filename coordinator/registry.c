@@ -48,7 +48,7 @@ void registry_destroy(struct registry *r)
 	free(r->retired);
 	free(r->hosts);
 	free(r->handles);
-	free(r->slots);
+	hindex_free(&r->index);
 	free(r->sessions);
 	pthread_mutex_destroy(&r->lock);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "hindex.h"
 #include "rpc.h"
 #include "status.h"
 #include "topology.h"
@@ -35,7 +36,7 @@ struct host {
 #define LAYOUT_TEXT_MAX 160
 
 struct handle_entry {
-	uint64_t handle;
+	uint64_t handle;  /* first: the hash index reads it there */
 	uint64_t session; /* the client session that owns it */
 	int64_t bytes;    /* what each core's heap charges for it */
 	struct shape shape;
@@ -69,12 +70,11 @@ struct registry {
 	pthread_mutex_t lock;
 	struct topology topo;
 	struct host *hosts;
-	/* Device buffers (handles.c): dense entries and an open-addressing index over them. */
+	/* Device buffers (handles.c): dense entries and a hash index over them. */
 	struct handle_entry *handles;
 	int num_handles;
 	int cap_handles;
-	int *slots; /* entry index + 1; 0 is empty */
-	size_t num_slots;
+	struct hindex index;
 	/* Client sessions (sessions.c). */
 	struct session *sessions;
 	int num_sessions, cap_sessions;
