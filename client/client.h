@@ -41,7 +41,8 @@ struct pe_client {
 	pthread_mutex_t keeper_lock;
 	pthread_cond_t keeper_cv;
 	bool keeper_stop, keeper_running;
-	bool closing; /* pe_disconnect: the session's end frees the buffers */
+	bool closing;  /* pe_disconnect: the session's end frees the buffers */
+	int owner_pid; /* the process that opened the session */
 	int code;
 	char error[STATUS_MESSAGE_MAX + 64];
 	char topology[64];
@@ -108,6 +109,11 @@ int client_unpack(pe_client *c, int index, pe_tensor **out, int n);
 /* Opens c's session and starts renewing it; closes it (freeing its buffers everywhere). */
 int client_session_open(pe_client *c, struct status *st);
 void client_session_close(pe_client *c);
+/*
+ * True in a child forked after pe_connect: the session, the keeper thread and the connection
+ * are the parent's, and the child must not end or use them.
+ */
+bool client_forked(const pe_client *c);
 /*
  * A coordinator answered with coordinator_epoch: when it is another process than the one that
  * knows c's session (it restarted, and the session died with it), c opens a new session there.

@@ -214,8 +214,11 @@ void pe_disconnect(pe_client *c)
 	c->closing = true;
 	while (c->tensors != NULL)
 		pe_release(c->tensors);
-	client_session_close(c);
-	rpc_client_close(c->rpc);
+	/* A forked child leaves the parent's session, keeper and socket alone. */
+	if (!client_forked(c)) {
+		client_session_close(c);
+		rpc_client_close(c->rpc);
+	}
 	client_computations_free(c);
 	arena_free(c->graph_arena);
 	arena_free(c->long_arena);

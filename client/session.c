@@ -37,6 +37,7 @@ static void *keeper_main(void *arg)
 			break;
 		Podemu__SessionRequest req = PODEMU__SESSION_REQUEST__INIT;
 		req.session = c->session;
+		int lease = c->lease_ms;
 		pthread_mutex_unlock(&c->keeper_lock);
 		struct arena *a = arena_new();
 		struct status st;
@@ -44,7 +45,7 @@ static void *keeper_main(void *arg)
 		/* An ended session's calls say why; a new one (pe_wait_ready) is renewed next. */
 		if (a != NULL)
 			rpc_call(c->rpc, &podemu__coordinator__descriptor, CM_RENEW_SESSION, &req,
-			         a, &reply, c->lease_ms, &st);
+			         a, &reply, lease, &st);
 		arena_free(a);
 		pthread_mutex_lock(&c->keeper_lock);
 	}
@@ -94,7 +95,13 @@ int client_session_open(pe_client *c, struct status *st)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "cannot start the session's keeper");
 	}
 	c->keeper_running = true;
+	c->owner_pid = getpid();
 	return ST_OK;
+}
+
+bool client_forked(const pe_client *c)
+{
+	return c->keeper_running && getpid() != c->owner_pid;
 }
 
 int client_session_follow(pe_client *c, uint64_t coordinator_epoch, struct status *st)

@@ -244,6 +244,32 @@ static void state_file_line(const char *name, char *out, size_t len)
 	out[strcspn(out, "\n")] = '\0';
 }
 
+/*
+ * A child forked after pe_connect that disconnects (a Python worker's finalizer, say) leaves
+ * its parent's session and buffers alone: they are the parent's.
+ */
+static void test_a_forked_child_does_not_end_the_parents_session(void **state)
+{
+	struct survivor *s = *state;
+	memory_all(s->c, s->before);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		pe_disconnect(s->c);
+		_exit(0);
+	}
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Past the lease: the session still lives and holds what it held. */
+	struct timespec ts = {LEASE_MS / 1000 + 1, 0};
+	nanosleep(&ts, NULL);
+	int64_t now[WORLD];
+	memory_all(s->c, now);
+	assert_memory_equal(now, s->before, sizeof(now));
+	survivor_check(s);
+}
+
 /* One raw call to the coordinator. */
 static int call(struct rpc_client *rc, unsigned method, const void *req, struct arena *a,
                 void **reply, struct status *st)
@@ -374,6 +400,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_killed_mid_step),
 	    cmocka_unit_test(test_exit_without_release),
 	    cmocka_unit_test(test_sessions_are_apart),
+	    cmocka_unit_test(test_a_forked_child_does_not_end_the_parents_session),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
