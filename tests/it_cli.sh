@@ -378,6 +378,12 @@ for c in d["cores"]:
     assert c["peak_bytes_used"] == n * 4 * 129, c   # input + 128x output
     assert c["bytes_used"] == n * 4 * 128, c
 PY
+# A big pod's status: the summary first and alone (every core only with --all).
+pe status >"$state/status.txt"
+grep -q "hosts: 16 of 16 alive; 128 cores: 0B in use" "$state/status.txt" ||
+	fail "status summary: $(cat "$state/status.txt")"
+[[ $(wc -l <"$state/status.txt") -le 4 ]] || fail "status of a v3-128 is not brief"
+[[ $(pe status --all | grep -c "^ *[0-9]* *[0-9]* *0 ") -eq 128 ]] || fail "status --all"
 pe down >/dev/null
 
 # Progress on a terminal only: through a pseudo-terminal podemu up shows hosts registering,

@@ -14,6 +14,7 @@
 #include "memplan.h"
 #include "pod.h"
 #include "run.h"
+#include "status_cmd.h"
 #include "podemu.pb-c.h"
 #include "podemu/podemu.h"
 #include "rpc.h"
@@ -48,7 +49,8 @@ static void usage(FILE *f)
 	    "          --bind-to cpu|none (default cpu: with several agents, each runs on its\n"
 	    "          own CPUs, or shares one round-robin when there are fewer CPUs)\n"
 	    "  down    stop every process of the pod\n"
-	    "  status  show hosts and per-core memory  [--json]\n"
+	    "  status  the pod in brief, then its hosts, sessions and cores (a big pod: only\n"
+	    "          the summary unless --all)  [--json: everything]  [--all]\n"
 	    "  demo    the seed scenario (pytorch/xla 3510): fill N ones per core, mark_step,\n"
 	    "          all-gather along dim 0, release the input, mark_step, sum per core\n"
 	    "          [--elements N] [--json]\n"
@@ -89,6 +91,7 @@ enum {
 	OPT_PORT,
 	OPT_TIMEOUT,
 	OPT_JSON,
+	OPT_ALL,
 	OPT_ELEMENTS,
 	OPT_CHUNK,
 	OPT_WINDOW,
@@ -127,6 +130,7 @@ struct cli {
 	const char *state_dir_arg;
 	struct up_options up;
 	int json;
+	int all; /* status: every host, session and core, however many */
 	long long elements;
 	struct bench_options bench;
 	const char *file;   /* compile's HLO file */
@@ -152,6 +156,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"port", required_argument, NULL, OPT_PORT},
 	    {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"all", no_argument, NULL, OPT_ALL},
 	    {"elements", required_argument, NULL, OPT_ELEMENTS},
 	    {"chunk-bytes", required_argument, NULL, OPT_CHUNK},
 	    {"window", required_argument, NULL, OPT_WINDOW},
@@ -223,6 +228,9 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_JSON:
 			o->json = 1;
+			break;
+		case OPT_ALL:
+			o->all = 1;
 			break;
 		case OPT_ELEMENTS:
 			o->elements = strtoll(optarg, &end, 10);
@@ -364,89 +372,6 @@ static int parse(struct cli *o, int argc, char **argv)
 	if (o->up.topology == NULL && !o->up.hosts && !o->up.cores_per_host && !o->up.hbm)
 		o->up.topology = "v3-8";
 	return 0;
-}
-
-static int cmd_status(const struct cli *o)
-{
-	char url[512];
-	struct status st;
-	state_coordinator_url(url, sizeof(url), o->state_dir);
-	struct rpc_client *c;
-	struct arena *a = arena_new();
-	void *reply = NULL;
-	int rv = rpc_client_open(&c, url, false, &st);
-	if (rv == ST_OK) {
-		char token[128];
-		state_token(token, sizeof(token), o->state_dir);
-		rpc_client_set_token(c, token);
-		Podemu__StatusRequest req = PODEMU__STATUS_REQUEST__INIT;
-		req.memory = 1;
-		rv = rpc_call(c, &podemu__coordinator__descriptor, CM_GET_STATUS, &req, a, &reply,
-		              10000, &st);
-		rpc_client_close(c);
-	}
-	if (rv != ST_OK) {
-		if (o->json) {
-			printf("{\"ready\": false, \"error\": ");
-			char msg[STATUS_MESSAGE_MAX + 64];
-			snprintf(msg, sizeof(msg), "%s: %s", status_code_name(rv), st.message);
-			json_string(stdout, msg);
-			printf("}\n");
-		} else {
-			fprintf(stderr, "podemu status: no pod at %s: %s: %s\n", url,
-			        status_code_name(rv), st.message);
-		}
-		arena_free(a);
-		return 1;
-	}
-	Podemu__PodStatus *ps = reply;
-	if (o->json) {
-		pod_status_json(stdout, ps, url);
-	} else {
-		printf("pod %s: %s, %d hosts x %d cores (world size %d), coordinator %s\n",
-		       ps->topology, ps->ready ? "ready" : "NOT READY", ps->num_hosts,
-		       ps->cores_per_host, ps->world_size, url);
-		char http_path[PATH_MAX], http[256] = "";
-		snprintf(http_path, sizeof(http_path), "%s/http.url", o->state_dir);
-		FILE *hf = fopen(http_path, "r");
-		if (hf != NULL && fgets(http, sizeof(http), hf) != NULL)
-			printf("  dashboard %.*s (metrics at /metrics)\n", (int)strcspn(http, "\n"),
-			       http);
-		if (hf != NULL)
-			fclose(hf);
-		for (size_t i = 0; i < ps->n_hosts; i++) {
-			const Podemu__HostInfo *h = ps->hosts[i];
-			printf("  host %d: %s pid %d backing %s data %s rss %lld accounted %lld\n",
-			       h->index, h->alive ? "alive" : "missing", h->pid, h->backing,
-			       h->data_url, (long long)h->rss_bytes, (long long)h->accounted_bytes);
-		}
-		if (ps->n_sessions > 0)
-			printf("  %18s %7s %-24s %8s %16s  %s\n", "session", "pid", "program@host",
-			       "buffers", "bytes_per_core", "since");
-		for (size_t i = 0; i < ps->n_sessions; i++) {
-			const Podemu__SessionInfo *s = ps->sessions[i];
-			char who[160], since[32] = "";
-			snprintf(who, sizeof(who), "%s@%s", s->name, s->host_name);
-			time_t t = (time_t)(s->started_unix_ms / 1000);
-			struct tm tm;
-			if (localtime_r(&t, &tm) != NULL)
-				strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", &tm);
-			printf("  %18llu %7d %-24s %8d %16lld  %s\n", (unsigned long long)s->id,
-			       s->pid, who, s->buffers, (long long)s->bytes_per_core, since);
-		}
-		if (ps->n_cores > 0)
-			printf("  %7s %5s %16s %16s %16s\n", "ordinal", "host", "bytes_used",
-			       "peak_bytes_used", "bytes_limit");
-		for (size_t i = 0; i < ps->n_cores; i++) {
-			const Podemu__CoreMemory *m = ps->cores[i];
-			printf("  %7d %5d %16lld %16lld %16lld\n", m->ordinal, m->host,
-			       (long long)m->bytes_in_use, (long long)m->peak_bytes_in_use,
-			       (long long)m->bytes_limit);
-		}
-	}
-	int ready = ps->ready;
-	arena_free(a);
-	return ready ? 0 : 3;
 }
 
 static int demo_fail(pe_client *c, const char *what)
@@ -685,7 +610,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "down") == 0)
 		return pod_down(o.state_dir);
 	if (strcmp(cmd, "status") == 0)
-		return cmd_status(&o);
+		return cli_status(o.state_dir, o.json, o.all);
 	if (strcmp(cmd, "demo") == 0)
 		return cmd_demo(&o);
 	if (strcmp(cmd, "bench") == 0)
