@@ -3,7 +3,7 @@
  * interleaved with frees of random live buffers on a 16 GiB core without backing, then every
  * buffer freed; prints the time and the statistics (checked against a running sum).
  *
- *   podemu-bench-hbm [OPS]    (default 100000)
+ *   podemu-bench-hbm [OPS] [MAX_LIVE]    (default 100000, no limit: up to ~2/3 of OPS live)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +21,9 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
 	int ops = argc > 1 ? atoi(argv[1]) : 100000;
-	if (ops < 1) {
-		fprintf(stderr, "usage: podemu-bench-hbm [OPS >= 1]\n");
+	int max_live = argc > 2 ? atoi(argv[2]) : ops;
+	if (ops < 1 || max_live < 1) {
+		fprintf(stderr, "usage: podemu-bench-hbm [OPS >= 1] [MAX_LIVE]\n");
 		return 2;
 	}
 	int64_t *live = malloc((size_t)ops * sizeof(int64_t));
@@ -38,7 +39,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ops; i++) {
 		seed = seed * 1103515245u + 12345u;
 		/* Two allocations for each free while it grows: tens of thousands live at once. */
-		if (n > 0 && (seed >> 8) % 3 == 0) {
+		if (n > 0 && ((seed >> 8) % 3 == 0 || n >= max_live)) {
 			int k = (int)((seed >> 10) % (unsigned)n);
 			hbm_free(&h, live[k]);
 			expect -= sizes[k];
