@@ -86,6 +86,9 @@ static void write_metrics(FILE *f, struct coordinator *co, const Podemu__PodStat
 	for (size_t h = 0; h < ps->n_hosts; h++)
 		fprintf(f, "podemu_host_resident_memory_bytes{topology=\"%s\",host=\"%d\"} %lld\n",
 		        ps->topology, ps->hosts[h]->index, (long long)ps->hosts[h]->rss_bytes);
+	fprintf(f, "# HELP podemu_sessions Client sessions open (each owns its device buffers).\n"
+	           "# TYPE podemu_sessions gauge\n");
+	fprintf(f, "podemu_sessions{topology=\"%s\"} %zu\n", ps->topology, ps->n_sessions);
 	struct metrics *m = &co->metrics;
 	pthread_mutex_lock(&m->lock);
 	fprintf(f,

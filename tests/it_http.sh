@@ -58,6 +58,10 @@ assert re.search(r"^podemu_steps_total ([1-9]\d*)$", metrics, re.M), "no steps c
 assert all(c["bytes_used"] >= 1 << 20 for c in status["cores"]), status["cores"]
 assert re.search(r'^podemu_collective_sent_bytes_total\{op="all-gather"\} [1-9]', metrics, re.M)
 assert re.search(r'^podemu_step_duration_seconds_count [1-9]', metrics, re.M)
+# The holding client's session, with its 1 MiB per core, in both.
+assert re.search(r'^podemu_sessions\{[^}]*\} %d$' % len(status["sessions"]), metrics, re.M)
+assert any(s["name"].startswith("python") and s["bytes_per_core"] >= 1 << 20
+           for s in status["sessions"]), status["sessions"]
 PY
 api=$(get "${url}api/status")
 python3 - "$api" "$state/status.json" <<'PY' || fail "/api/status differs from podemu status --json"
