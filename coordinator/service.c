@@ -308,13 +308,11 @@ static int route_transfer(struct coordinator *co, uint64_t session, uint64_t han
 		                  ordinal, world);
 	pthread_mutex_lock(&co->reg.lock);
 	int rv = session_use(&co->reg, session, st);
-	struct handle_entry *e =
-	    rv == ST_OK ? registry_use_handle(&co->reg, handle, session, st) : NULL;
-	struct status rst;
-	if (rv != ST_OK) {
-	} else if (e == NULL) {
+	struct handle_entry *e = NULL;
+	if (rv == ST_OK && (e = registry_use_handle(&co->reg, handle, session, st)) == NULL)
 		rv = st->code;
-	} else {
+	struct status rst;
+	if (rv == ST_OK) {
 		int64_t total = shape_bytes(&e->shape);
 		if (offset < 0 || len < 0 || offset > total || len > total - offset)
 			rv = status_set(st, ST_OUT_OF_RANGE,
