@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lower.h"
+
 /* FNV-1a, 64 bits. */
 static uint64_t fnv1a(const uint8_t *p, size_t len)
 {
@@ -35,8 +37,8 @@ int cache_key(const Podemu__Graph *g, struct arena *a, uint8_t **key, size_t *le
 	return 0;
 }
 
-const struct compiled *cache_find(struct program_cache *c, const uint8_t *key, size_t len,
-                                  uint64_t hash)
+struct cache_entry *cache_find(struct program_cache *c, const uint8_t *key, size_t len,
+                               uint64_t hash)
 {
 	for (int i = 0; i < PROGRAM_CACHE_ENTRIES; i++) {
 		struct cache_entry *e = &c->entries[i];
@@ -44,7 +46,7 @@ const struct compiled *cache_find(struct program_cache *c, const uint8_t *key, s
 		    memcmp(e->key, key, len) == 0) {
 			e->last_used = ++c->clock;
 			c->hits++;
-			return &e->compiled;
+			return e;
 		}
 	}
 	c->misses++;
@@ -79,8 +81,8 @@ static Podemu__BufferAssignment *copy_assignment(struct arena *a, const Podemu__
 	return copy;
 }
 
-void cache_store(struct program_cache *c, const uint8_t *key, size_t len, uint64_t hash,
-                 const struct compiled *compiled)
+struct cache_entry *cache_store(struct program_cache *c, const uint8_t *key, size_t len,
+                                uint64_t hash, const struct compiled *compiled)
 {
 	struct cache_entry *victim = &c->entries[0];
 	for (int i = 0; i < PROGRAM_CACHE_ENTRIES; i++) {
@@ -96,7 +98,7 @@ void cache_store(struct program_cache *c, const uint8_t *key, size_t len, uint64
 	memset(victim, 0, sizeof(*victim));
 	struct arena *a = arena_new();
 	if (a == NULL)
-		return;
+		return NULL;
 	int n = compiled->n, total = compiled->n_total;
 	struct compiled *dst = &victim->compiled;
 	*dst = *compiled;
@@ -116,13 +118,38 @@ void cache_store(struct program_cache *c, const uint8_t *key, size_t len, uint64
 	if (!ok) {
 		arena_free(a);
 		memset(victim, 0, sizeof(*victim));
-		return;
+		return NULL;
 	}
 	memcpy(victim->key, key, len);
 	victim->key_len = len;
 	victim->hash = hash;
 	victim->arena = a;
 	victim->last_used = ++c->clock;
+	return victim;
+}
+
+int cache_lowered(struct cache_entry *entry, int num_hosts, int h, struct arena *a,
+                  const Podemu__Graph *g, const struct shape *shapes, const struct topology *t,
+                  const char *algorithm, Podemu__CollectiveSchedule ***out, size_t *n,
+                  struct status *st)
+{
+	if (entry == NULL)
+		return lower_collectives(out, n, a, g, shapes, t, h, algorithm, st);
+	if (entry->lowered == NULL &&
+	    (entry->lowered =
+	         arena_calloc(entry->arena, (size_t)num_hosts, sizeof(*entry->lowered))) == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	struct lowered *l = &entry->lowered[h];
+	if (!l->done) {
+		int rv = lower_collectives(&l->schedules, &l->n, entry->arena, g, shapes, t, h,
+		                           algorithm, st);
+		if (rv != ST_OK)
+			return rv;
+		l->done = true;
+	}
+	*out = l->schedules;
+	*n = l->n;
+	return ST_OK;
 }
 
 void cache_free(struct program_cache *c)

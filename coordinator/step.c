@@ -126,14 +126,16 @@ static int *copy_ints(struct arena *a, const int *src, int n)
 
 static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph **g,
                         struct shape *shapes, const uint64_t *out_handles, struct compiled *out,
-                        int64_t **scratch, Podemu__StepReply *rep, struct status *st)
+                        struct cache_entry **entry, int64_t **scratch, Podemu__StepReply *rep,
+                        struct status *st)
 {
 	uint8_t *key;
 	size_t key_len;
 	uint64_t hash;
 	if (cache_key(*g, a, &key, &key_len, &hash) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	const struct compiled *hit = cache_find(&co->cache, key, key_len, hash);
+	*entry = cache_find(&co->cache, key, key_len, hash);
+	const struct compiled *hit = *entry != NULL ? &(*entry)->compiled : NULL;
 	int n = (int)(*g)->n_nodes, rv;
 	memset(out, 0, sizeof(*out));
 	if (hit != NULL) {
@@ -158,7 +160,7 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 		                          .chunk_bytes = co->chunk_bytes};
 		if ((rv = plan_graph(out, a, *g, shapes, &po, st)) != ST_OK)
 			return rv;
-		cache_store(&co->cache, key, key_len, hash, out);
+		*entry = cache_store(&co->cache, key, key_len, hash, out);
 	}
 	if (out->order != NULL) {
 		struct schedule sched = {.n = n, .order = out->order};
@@ -280,9 +282,10 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 
 	/* Node indices below are the scheduled ones. */
 	struct compiled prog_c;
+	struct cache_entry *entry = NULL;
 	int64_t *scratch;
-	if ((rv = compile_step(co, a, &g, shapes, out_handles, &prog_c, &scratch, rep, st)) !=
-	    ST_OK)
+	if ((rv = compile_step(co, a, &g, shapes, out_handles, &prog_c, &entry, &scratch, rep,
+	                       st)) != ST_OK)
 		return rv;
 	int *fused_into = prog_c.fused_into;
 	struct plan plan = prog_c.plan;
@@ -340,14 +343,15 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
 	if (!replies || !sts || !reqs || !failed)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* Each host gets the same program with its own cores' collective schedules. */
+	/* Each host gets the same program with its own cores' collective schedules, lowered the
+	 * first time the program runs and kept with it in the cache. */
 	for (int h = 0; h < hosts; h++) {
 		Podemu__Program *ph = arena_alloc(a, sizeof(*ph));
 		if (ph == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		*ph = *prog;
-		rv = lower_collectives(&ph->schedules, &ph->n_schedules, a, g, shapes, t, h,
-		                       co->collective_algorithm, st);
+		rv = cache_lowered(entry, hosts, h, a, g, shapes, t, co->collective_algorithm,
+		                   &ph->schedules, &ph->n_schedules, st);
 		if (rv != ST_OK)
 			return rv;
 		reqs[h] = ph;
