@@ -318,92 +318,169 @@ int rpc_call(struct rpc_client *c, const ProtobufCServiceDescriptor *svc, unsign
 	return rpc_call_cancellable(c, svc, method, request, a, reply, timeout_ms, NULL, st);
 }
 
-int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
-                         unsigned method, const void *request, struct arena *a, void **reply,
-                         int timeout_ms, struct rpc_cancel *cancel, struct status *st)
-{
+struct rpc_async {
+	struct rpc_client *c;
+	const ProtobufCMethodDescriptor *m;
+	nng_ctx ctx;
+	nng_aio *aio;
+	int timeout_ms;
+	struct rpc_cancel *cancel;
+	bool sent;
+	int rv;        /* nng's result once done */
+	nng_msg *resp; /* the reply's message once done */
+	void (*done)(void *arg);
+	void *arg;
+};
 
-	if (method >= svc->n_methods)
-		return status_set(st, ST_INTERNAL, "%s has no method %u", svc->name, method);
+/* The call's aio completed: the request went out (then the reply is awaited), or it is over. */
+static void async_cb(void *arg)
+{
+	struct rpc_async *x = arg;
+	int rv = nng_aio_result(x->aio);
+	if (!x->sent) {
+		if (rv == 0) {
+			x->sent = true;
+			nng_ctx_recv(x->ctx, x->aio);
+			return;
+		}
+		nng_msg_free(nng_aio_get_msg(x->aio)); /* a send that failed leaves it ours */
+	} else if (rv == 0) {
+		x->resp = nng_aio_get_msg(x->aio);
+	}
+	x->rv = rv;
+	x->done(x->arg);
+}
+
+struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
+                            unsigned method, const void *request, struct arena *a, int timeout_ms,
+                            struct rpc_cancel *cancel, void (*done)(void *arg), void *arg,
+                            struct status *st)
+{
+	if (method >= svc->n_methods) {
+		status_set(st, ST_INTERNAL, "%s has no method %u", svc->name, method);
+		return NULL;
+	}
 	const ProtobufCMethodDescriptor *m = &svc->methods[method];
 	Podemu__RpcRequest env = PODEMU__RPC_REQUEST__INIT;
 	env.method = method;
 	env.token.data = (uint8_t *)c->token;
 	env.token.len = strlen(c->token);
-
 	env.payload.len = protobuf_c_message_get_packed_size(request);
 	env.payload.data = arena_alloc(a, env.payload.len ? env.payload.len : 1);
-	if (env.payload.data == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if (env.payload.data == NULL) {
+		status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		return NULL;
+	}
 	protobuf_c_message_pack(request, env.payload.data);
-	if (env.payload.len + 64 > RPC_MAX_MESSAGE_BYTES)
-		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "%s request of %zu bytes exceeds the %d-byte message limit",
-		                  m->name, env.payload.len, RPC_MAX_MESSAGE_BYTES);
-
+	if (env.payload.len + 64 > RPC_MAX_MESSAGE_BYTES) {
+		status_set(st, ST_INVALID_ARGUMENT,
+		           "%s request of %zu bytes exceeds the %d-byte message limit", m->name,
+		           env.payload.len, RPC_MAX_MESSAGE_BYTES);
+		return NULL;
+	}
+	struct rpc_async *x = calloc(1, sizeof(*x));
 	nng_msg *msg;
-	if (nng_msg_alloc(&msg, podemu__rpc_request__get_packed_size(&env)) != 0)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if (x == NULL || nng_msg_alloc(&msg, podemu__rpc_request__get_packed_size(&env)) != 0) {
+		free(x);
+		status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		return NULL;
+	}
 	podemu__rpc_request__pack(&env, nng_msg_body(msg));
-
-	nng_ctx ctx;
-	nng_aio *aio;
-	int rv = nng_ctx_open(&ctx, c->sock);
+	*x = (struct rpc_async){
+	    .c = c, .m = m, .timeout_ms = timeout_ms, .cancel = cancel, .done = done, .arg = arg};
+	int rv = nng_ctx_open(&x->ctx, c->sock);
+	if (rv == 0 && (rv = nng_aio_alloc(&x->aio, async_cb, x)) != 0)
+		nng_ctx_close(x->ctx);
 	if (rv != 0) {
 		nng_msg_free(msg);
-		return status_from_nng(st, rv, "cannot call", c->url);
+		free(x);
+		status_from_nng(st, rv, "cannot call", c->url);
+		return NULL;
 	}
-	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
-		nng_ctx_close(ctx);
+	if (cancel_attach(cancel, x->aio)) {
 		nng_msg_free(msg);
-		return status_from_nng(st, rv, "cannot call", c->url);
+		nng_aio_free(x->aio);
+		nng_ctx_close(x->ctx);
+		free(x);
+		status_set(st, ST_UNAVAILABLE, "%s", cancel->reason);
+		return NULL;
 	}
-	nng_aio_set_timeout(aio, timeout_ms);
-	nng_aio_set_msg(aio, msg);
-	if (cancel_attach(cancel, aio)) {
-		nng_msg_free(msg);
-		rv = NNG_ECANCELED;
-		goto fail;
-	}
-	nng_ctx_send(ctx, aio);
-	nng_aio_wait(aio);
-	if ((rv = nng_aio_result(aio)) != 0) {
-		nng_msg_free(msg);
-		goto fail;
-	}
-	nng_ctx_recv(ctx, aio);
-	nng_aio_wait(aio);
-	if ((rv = nng_aio_result(aio)) != 0)
-		goto fail;
-	cancel_detach(cancel);
-	nng_msg *resp_msg = nng_aio_get_msg(aio);
-	nng_aio_free(aio);
-	nng_ctx_close(ctx);
+	nng_aio_set_timeout(x->aio, timeout_ms);
+	nng_aio_set_msg(x->aio, msg);
+	nng_ctx_send(x->ctx, x->aio);
+	return x;
+}
 
-	Podemu__RpcResponse *resp = podemu__rpc_response__unpack(
-	    arena_protobuf_allocator(a), nng_msg_len(resp_msg), nng_msg_body(resp_msg));
-	nng_msg_free(resp_msg);
-	if (resp == NULL)
-		return status_set(st, ST_INTERNAL, "malformed reply to %s from %s", m->name,
-		                  c->url);
-	if (resp->code != ST_OK)
-		return status_set(st, resp->code, "%s", resp->message);
-	void *decoded = protobuf_c_message_unpack(m->output, arena_protobuf_allocator(a),
-	                                          resp->payload.len, resp->payload.data);
-	if (decoded == NULL)
-		return status_set(st, ST_INTERNAL, "malformed %s reply from %s", m->name, c->url);
-	*reply = decoded;
-	status_clear(st);
-	return ST_OK;
-fail:
-	cancel_detach(cancel);
-	nng_aio_free(aio);
-	nng_ctx_close(ctx);
+int rpc_finish(struct rpc_async *x, struct arena *a, void **reply, struct status *st)
+{
+	cancel_detach(x->cancel);
+	nng_aio_free(x->aio);
+	nng_ctx_close(x->ctx);
+	int rv = x->rv;
+	nng_msg *resp_msg = x->resp;
+	const ProtobufCMethodDescriptor *m = x->m;
+	const char *url = x->c->url;
+	struct rpc_cancel *cancel = x->cancel;
+	int timeout_ms = x->timeout_ms;
+	free(x);
 	if (rv == NNG_ECANCELED && cancel != NULL)
 		return status_set(st, ST_UNAVAILABLE, "%s", cancel->reason);
 	if (rv == NNG_ETIMEDOUT)
 		return status_set(st, ST_DEADLINE_EXCEEDED,
 		                  "%s to %s: no reply within %d ms (is the peer running?)", m->name,
-		                  c->url, timeout_ms);
-	return status_from_nng(st, rv, m->name, c->url);
+		                  url, timeout_ms);
+	if (rv != 0)
+		return status_from_nng(st, rv, m->name, url);
+	Podemu__RpcResponse *resp = podemu__rpc_response__unpack(
+	    arena_protobuf_allocator(a), nng_msg_len(resp_msg), nng_msg_body(resp_msg));
+	nng_msg_free(resp_msg);
+	if (resp == NULL)
+		return status_set(st, ST_INTERNAL, "malformed reply to %s from %s", m->name, url);
+	if (resp->code != ST_OK)
+		return status_set(st, resp->code, "%s", resp->message);
+	void *decoded = protobuf_c_message_unpack(m->output, arena_protobuf_allocator(a),
+	                                          resp->payload.len, resp->payload.data);
+	if (decoded == NULL)
+		return status_set(st, ST_INTERNAL, "malformed %s reply from %s", m->name, url);
+	*reply = decoded;
+	status_clear(st);
+	return ST_OK;
+}
+
+/* A call waited for by its caller. */
+struct waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	bool done;
+};
+
+static void waiter_done(void *arg)
+{
+	struct waiter *w = arg;
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->lock);
+}
+
+int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
+                         unsigned method, const void *request, struct arena *a, void **reply,
+                         int timeout_ms, struct rpc_cancel *cancel, struct status *st)
+{
+	struct waiter w = {.done = false};
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	struct rpc_async *x =
+	    rpc_start(c, svc, method, request, a, timeout_ms, cancel, waiter_done, &w, st);
+	int rv = st->code;
+	if (x != NULL) {
+		pthread_mutex_lock(&w.lock);
+		while (!w.done)
+			pthread_cond_wait(&w.cv, &w.lock);
+		pthread_mutex_unlock(&w.lock);
+		rv = rpc_finish(x, a, reply, st);
+	}
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.lock);
+	return rv;
 }

@@ -1,48 +1,20 @@
 /*
- * Dispatch: calls to every agent at once (a thread per called host), and the watch over a
- * running step that fails it everywhere when a host is lost or a collective times out.
+ * Dispatch: calls to every agent at once (each in flight on nng's own threads; the caller
+ * waits for them all), and the watch over a running step that fails it everywhere when a host
+ * is lost, a collective times out or the step's session ends.
  */
 #include "dispatch.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
-#include "fanout.h"
 #include "log.h"
 #include "services.h"
 
 struct step_watch;
-
-/* One call to every agent (or to one) and what came back. */
-struct fan {
-	struct coordinator *co;
-	unsigned method;
-	const void *const *requests; /* per host; NULL entries are skipped */
-	struct rpc_client **clients;
-	struct arena *a;
-	void **replies;
-	struct status *sts;
-	int timeout_ms;
-	struct rpc_cancel *cancels; /* per host, or NULL */
-	struct step_watch *watch;   /* told when each host answers, or NULL */
-};
-
-static void watch_answered(struct step_watch *w, int host, const struct status *st, bool running);
-
-static void fan_one(int i, void *arg)
-{
-	struct fan *f = arg;
-	status_clear(&f->sts[i]);
-	if (f->requests[i] == NULL)
-		return;
-	rpc_call_cancellable(f->clients[i], &podemu__agent__descriptor, f->method, f->requests[i],
-	                     f->a, &f->replies[i], f->timeout_ms,
-	                     f->cancels ? &f->cancels[i] : NULL, &f->sts[i]);
-	if (f->watch != NULL)
-		watch_answered(f->watch, i, &f->sts[i], f->method == AM_RUN_STEP);
-}
 
 /*
  * Calls method on every host with requests[h] (NULL: skip h); a call to a host that is lost or
@@ -98,8 +70,6 @@ struct step_watch {
 	uint64_t session; /* the client session of the step; 0: none */
 	bool session_ended;
 	pthread_mutex_t lock;
-	pthread_cond_t cv;
-	int done;
 	bool *answered;         /* [host]: its call returned */
 	int timed_out;          /* the first host that answered DEADLINE_EXCEEDED, or -1 */
 	struct status deadline; /* the composed DEADLINE_EXCEEDED, once known */
@@ -112,7 +82,6 @@ static void watch_answered(struct step_watch *w, int host, const struct status *
 	if (running && st->code == ST_DEADLINE_EXCEEDED && w->timed_out < 0) {
 		w->timed_out = host;
 		w->deadline = *st;
-		pthread_cond_broadcast(&w->cv);
 	}
 	pthread_mutex_unlock(&w->lock);
 }
@@ -240,72 +209,87 @@ static void watch_session_ended(struct step_watch *w)
 	pthread_mutex_lock(&w->lock);
 }
 
-static void *watch_main(void *arg)
+/*
+ * One look at the watched step, every 100 ms and as soon as a collective timed out: acts on a
+ * timed-out collective, an ended session or a lost host. True once it acted (then the watch is
+ * over: the calls fail with the cause).
+ */
+static bool watch_tick(struct step_watch *w)
 {
-	struct step_watch *w = arg;
 	struct registry *reg = &w->co->reg;
 	int hosts = reg->topo.num_hosts, cph = reg->topo.cores_per_host;
 	pthread_mutex_lock(&w->lock);
-	while (!w->done) {
-		struct timespec ts = clock_deadline_ms(100);
-		pthread_cond_timedwait(&w->cv, &w->lock, &ts);
-
-		if (w->done)
-			break;
-		if (w->timed_out >= 0) {
-			int hosts_n = reg->topo.num_hosts;
-			bool answered[hosts_n];
-			memcpy(answered, w->answered, sizeof(answered));
-			pthread_mutex_unlock(&w->lock);
-			watch_deadline(w, answered);
-			pthread_mutex_lock(&w->lock);
-			break;
-		}
-		int lost = -1;
-		bool restarted = false;
-		pthread_mutex_lock(&reg->lock);
-		if (w->session != 0 && !session_is_open(reg, w->session))
-			w->session_ended = true;
-		for (int h = 0; h < hosts && lost < 0; h++)
-			if (w->requests[h] != NULL &&
-			    (!reg->hosts[h].alive || reg->hosts[h].client != w->clients[h])) {
-				lost = h;
-				restarted = reg->hosts[h].alive;
-			}
-		pthread_mutex_unlock(&reg->lock);
-		if (w->session_ended) {
-			watch_session_ended(w);
-			break;
-		}
-		if (lost < 0)
-			continue;
-		char reason[512], step[64] = "";
-		if (w->step_id != 0)
-			snprintf(step, sizeof(step), "; step %llu cannot complete",
-			         (unsigned long long)w->step_id);
-		if (restarted)
-			snprintf(reason, sizeof(reason), "host %d (cores %d..%d) restarted%s", lost,
-			         lost * cph, (lost + 1) * cph - 1, step);
-		else
-			snprintf(reason, sizeof(reason),
-			         "host %d (cores %d..%d) is lost: no heartbeat within %d ms%s",
-			         lost, lost * cph, (lost + 1) * cph - 1, reg->heartbeat_timeout_ms,
-			         step);
-		log_warn("%s", reason);
+	if (w->timed_out >= 0) {
+		bool answered[hosts];
+		memcpy(answered, w->answered, sizeof(answered));
 		pthread_mutex_unlock(&w->lock);
-		rpc_cancel_fire(&w->cancels[lost], reason);
-		/* The survivors stop waiting for the lost host's data and report why. */
-		for (int h = 0; h < hosts && w->step_id != 0; h++) {
-			if (h == lost)
-				continue;
-			abort_on_host(w, h, ST_UNAVAILABLE, reason, NULL);
+		watch_deadline(w, answered);
+		return true;
+	}
+	int lost = -1;
+	bool restarted = false;
+	pthread_mutex_lock(&reg->lock);
+	if (w->session != 0 && !session_is_open(reg, w->session))
+		w->session_ended = true;
+	for (int h = 0; h < hosts && lost < 0; h++)
+		if (w->requests[h] != NULL &&
+		    (!reg->hosts[h].alive || reg->hosts[h].client != w->clients[h])) {
+			lost = h;
+			restarted = reg->hosts[h].alive;
 		}
-		pthread_mutex_lock(&w->lock);
-		break;
+	pthread_mutex_unlock(&reg->lock);
+	if (w->session_ended) {
+		watch_session_ended(w);
+		pthread_mutex_unlock(&w->lock);
+		return true;
 	}
 	pthread_mutex_unlock(&w->lock);
-	return NULL;
+	if (lost < 0)
+		return false;
+	char reason[512], step[64] = "";
+	if (w->step_id != 0)
+		snprintf(step, sizeof(step), "; step %llu cannot complete",
+		         (unsigned long long)w->step_id);
+	if (restarted)
+		snprintf(reason, sizeof(reason), "host %d (cores %d..%d) restarted%s", lost,
+		         lost * cph, (lost + 1) * cph - 1, step);
+	else
+		snprintf(reason, sizeof(reason),
+		         "host %d (cores %d..%d) is lost: no heartbeat within %d ms%s", lost,
+		         lost * cph, (lost + 1) * cph - 1, reg->heartbeat_timeout_ms, step);
+	log_warn("%s", reason);
+	rpc_cancel_fire(&w->cancels[lost], reason);
+	/* The survivors stop waiting for the lost host's data and report why. */
+	for (int h = 0; h < hosts && w->step_id != 0; h++) {
+		if (h == lost)
+			continue;
+		abort_on_host(w, h, ST_UNAVAILABLE, reason, NULL);
+	}
+	return true;
 }
+
+/* The calls of one fan-out: each finishes on an nng thread and wakes the waiting caller. */
+struct fan_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+};
+
+struct fan_call {
+	struct fan_wait *fw;
+	struct rpc_async *x;
+	bool done, finished; /* done: its reply is in (nng's thread); finished: taken */
+};
+
+static void fan_done(void *arg)
+{
+	struct fan_call *fc = arg;
+	pthread_mutex_lock(&fc->fw->lock);
+	fc->done = true;
+	pthread_cond_signal(&fc->fw->cv);
+	pthread_mutex_unlock(&fc->fw->lock);
+}
+
+#define WATCH_TICK_MS 100
 
 /* fan_call for a step's phases, watching the hosts while it runs. */
 int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsigned method,
@@ -315,7 +299,8 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 {
 	int n = co->reg.topo.num_hosts;
 	struct rpc_cancel *cancels = arena_calloc(a, (size_t)n, sizeof(*cancels));
-	if (cancels == NULL)
+	struct fan_call *calls = arena_calloc(a, (size_t)n, sizeof(*calls));
+	if (cancels == NULL || calls == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int h = 0; h < n; h++)
 		rpc_cancel_init(&cancels[h]);
@@ -330,32 +315,57 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 	if (w.answered == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	pthread_mutex_init(&w.lock, NULL);
-	pthread_cond_init(&w.cv, NULL);
-	pthread_t thread;
-	int watching = pthread_create(&thread, NULL, watch_main, &w) == 0;
-	struct fan f = {co, method, requests, clients, a, replies, sts, timeout_ms, cancels, &w};
-	/* One host (a transfer, say): call it from this thread rather than a thread per host. */
-	int called = 0, only = -1;
-	for (int h = 0; h < n; h++)
-		if (requests[h] != NULL) {
-			called++;
-			only = h;
+	struct fan_wait fw;
+	pthread_mutex_init(&fw.lock, NULL);
+	pthread_cond_init(&fw.cv, NULL);
+	bool running = method == AM_RUN_STEP;
+	int pending = 0;
+	for (int h = 0; h < n; h++) {
+		status_clear(&sts[h]);
+		if (requests[h] == NULL)
+			continue;
+		calls[h].fw = &fw;
+		calls[h].x = rpc_start(clients[h], &podemu__agent__descriptor, method, requests[h],
+		                       a, timeout_ms, &cancels[h], fan_done, &calls[h], &sts[h]);
+		if (calls[h].x == NULL)
+			watch_answered(&w, h, &sts[h], running);
+		else
+			pending++;
+	}
+	/* Take the replies as they come; look at the step every WATCH_TICK_MS meanwhile. */
+	bool watching = true;
+	long long next_tick = clock_now_us() + WATCH_TICK_MS * 1000LL;
+	pthread_mutex_lock(&fw.lock);
+	while (pending > 0) {
+		int ready = -1;
+		for (int h = 0; h < n && ready < 0; h++)
+			if (calls[h].done && !calls[h].finished)
+				ready = h;
+		if (ready >= 0) {
+			calls[ready].finished = true;
+			pending--;
+			pthread_mutex_unlock(&fw.lock);
+			rpc_finish(calls[ready].x, a, &replies[ready], &sts[ready]);
+			watch_answered(&w, ready, &sts[ready], running);
+			if (watching && w.timed_out >= 0)
+				watching = !watch_tick(&w);
+			pthread_mutex_lock(&fw.lock);
+			continue;
 		}
-	if (called == 1) {
-		for (int h = 0; h < n; h++)
-			status_clear(&sts[h]);
-		fan_one(only, &f);
-	} else {
-		fanout_run(n, fan_one, &f);
+		if (clock_now_us() >= next_tick) {
+			pthread_mutex_unlock(&fw.lock);
+			if (watching)
+				watching = !watch_tick(&w);
+			next_tick = clock_now_us() + WATCH_TICK_MS * 1000LL;
+			pthread_mutex_lock(&fw.lock);
+			continue;
+		}
+		struct timespec ts = clock_deadline_ms(WATCH_TICK_MS);
+		pthread_cond_timedwait(&fw.cv, &fw.lock, &ts);
 	}
-	if (watching) {
-		pthread_mutex_lock(&w.lock);
-		w.done = 1;
-		pthread_cond_broadcast(&w.cv);
-		pthread_mutex_unlock(&w.lock);
-		pthread_join(thread, NULL);
-	}
-	pthread_cond_destroy(&w.cv);
+	pthread_mutex_unlock(&fw.lock);
+	pthread_cond_destroy(&fw.cv);
+	pthread_mutex_destroy(&fw.lock);
 	pthread_mutex_destroy(&w.lock);
 	for (int h = 0; h < n; h++)
 		rpc_cancel_destroy(&cancels[h]);
