@@ -38,21 +38,12 @@ struct run {
 	int cap_posts;
 };
 
-/* Bytes of a contiguous piece of layout l starting at sequence position pos. */
-static unsigned char *piece(unsigned char *base, const Podemu__BlockLayout *l, int64_t pos,
-                            int64_t len, int64_t *n)
-{
-	int64_t row = pos / l->row_bytes, within = pos % l->row_bytes;
-	*n = l->row_bytes - within < len ? l->row_bytes - within : len;
-	return base + l->offset + row * l->row_stride + within;
-}
-
 static void seq_write(unsigned char *base, const Podemu__BlockLayout *l, int64_t pos,
                       const unsigned char *src, int64_t len)
 {
 	while (len > 0) {
 		int64_t n;
-		unsigned char *p = piece(base, l, pos, len, &n);
+		unsigned char *p = block_piece(base, l, pos, len, &n);
 		memcpy(p, src, (size_t)n);
 		src += n, pos += n, len -= n;
 	}
@@ -63,7 +54,7 @@ static void seq_read(unsigned char *dst, unsigned char *base, const Podemu__Bloc
 {
 	while (len > 0) {
 		int64_t n;
-		unsigned char *p = piece(base, l, pos, len, &n);
+		unsigned char *p = block_piece(base, l, pos, len, &n);
 		memcpy(dst, p, (size_t)n);
 		dst += n, pos += n, len -= n;
 	}
@@ -75,7 +66,7 @@ static void seq_reduce(int dtype, enum reducer red, unsigned char *base,
 {
 	while (len > 0) {
 		int64_t n;
-		unsigned char *p = piece(base, l, pos, len, &n);
+		unsigned char *p = block_piece(base, l, pos, len, &n);
 		kernel_accumulate(dtype, red, p, src, n);
 		src += n, pos += n, len -= n;
 	}
@@ -143,15 +134,6 @@ static int reap_posts(struct run *r, int peer)
 	return out;
 }
 
-static void push_entry(struct step *s, int local, struct inbox_entry *e)
-{
-	struct inbox_entry **tail = &s->inbox[local];
-	while (*tail != NULL)
-		tail = &(*tail)->next;
-	e->next = NULL;
-	*tail = e;
-}
-
 /*
  * Sends one chunk: `len` bytes at sequence position pos from data (contiguous) or, when data
  * is NULL, gathered from layout l of buffer base; `covered` is what the chunk stands for.
@@ -171,7 +153,7 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 	                      .covered = (uint64_t)covered};
 	if (data == NULL && len > 0) {
 		int64_t n;
-		unsigned char *p = piece(base, l, pos, len, &n);
+		unsigned char *p = block_piece(base, l, pos, len, &n);
 		if (n == len) {
 			data = p;
 		} else {
@@ -214,7 +196,7 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 	}
 	pthread_mutex_lock(&r->dev->lock);
 	int to = device_local(r->dev, peer);
-	push_entry(r->s, to, e);
+	inbox_push(r->s, to, e);
 	r->posts[r->num_posts++] = e;
 	core_wake(&r->dev->cores[to]);
 	pthread_mutex_unlock(&r->dev->lock);
@@ -313,8 +295,8 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 	int64_t pos = (int64_t)e->h.offset, len = (int64_t)e->h.length;
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) {
 		int64_t n_in, n_out;
-		unsigned char *src = piece(r->in, ph->combine_block, pos, len, &n_in);
-		unsigned char *dst = piece(r->out, ph->recv_block, pos, len, &n_out);
+		unsigned char *src = block_piece(r->in, ph->combine_block, pos, len, &n_in);
+		unsigned char *dst = block_piece(r->out, ph->recv_block, pos, len, &n_out);
 		if (n_in == len && n_out == len) {
 			/* Both contiguous: input then received, straight into the output. */
 			if (dst != src)
@@ -661,7 +643,7 @@ static void local_phase(struct run *r, const Podemu__CollPhase *ph)
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
 		for (int64_t pos = 0; pos < len;) {
 			int64_t n;
-			unsigned char *p = piece(r->out, dst, pos, len - pos, &n);
+			unsigned char *p = block_piece(r->out, dst, pos, len - pos, &n);
 			memset(p, 0, (size_t)n);
 			pos += n;
 		}
@@ -670,7 +652,7 @@ static void local_phase(struct run *r, const Podemu__CollPhase *ph)
 	unsigned char *src = ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
 	for (int64_t pos = 0; pos < len;) {
 		int64_t n;
-		unsigned char *p = piece(src, ph->send_block, pos, len - pos, &n);
+		unsigned char *p = block_piece(src, ph->send_block, pos, len - pos, &n);
 		seq_write(r->out, dst, pos, p, n);
 		pos += n;
 	}
@@ -776,83 +758,4 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		status_set(st, rv, "%s (node %d, %s) on core %d: %s", n->opcode,
 		           step_source_node(s, node), sched->algorithm, c->ordinal, st->message);
 	return rv;
-}
-
-int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *req,
-                        const struct dp_header *h, const void *payload, struct status *st)
-{
-	int local = device_local(dev, (int)h->dst_ordinal);
-	if (h->collective >= s->max_instances)
-		return status_set(st, ST_INVALID_ARGUMENT, "step %llu has no collective %u",
-		                  (unsigned long long)h->step_id, h->collective);
-	if (local < 0 || local >= dev->cores_per_host ||
-	    h->src_ordinal >= (uint32_t)dev->world_size)
-		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "chunk from core %u to core %u: not a core of host %d",
-		                  h->src_ordinal, h->dst_ordinal, dev->host_index);
-	struct inbox_entry *e = calloc(1, sizeof(*e));
-	if (e == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	e->h = *h;
-	e->payload = payload;
-	e->req = req;
-	for (int k = 0; k < s->posts[local].n; k++)
-		if (s->posts[local].list[k].placing == req) {
-			s->posts[local].list[k].placing = NULL;
-			e->placed = true;
-		}
-	push_entry(s, local, e);
-	core_wake(&dev->cores[local]);
-	return DP_PARKED;
-}
-
-void *coll_place(struct device *dev, struct step *s, struct dp_request *req,
-                 const struct dp_header *h)
-{
-	int local = device_local(dev, (int)h->dst_ordinal);
-	if (local < 0 || local >= dev->cores_per_host)
-		return NULL;
-	struct recv_post *p = NULL;
-	for (int k = 0; k < s->posts[local].n && p == NULL; k++) {
-		struct recv_post *q = &s->posts[local].list[k];
-		if (q->open && h->collective == q->coll && h->src_ordinal == q->src &&
-		    h->tag == q->tag)
-			p = q;
-	}
-	int64_t off = (int64_t)h->offset, len = (int64_t)h->length;
-	if (p == NULL || p->placing != NULL || len <= 0 || h->covered != h->length || off < 0 ||
-	    off > p->len - len || len > s->chunk_bytes)
-		return NULL;
-	int64_t n;
-	unsigned char *at = piece(p->base, p->layout, off, len, &n);
-	if (n != len)
-		return NULL; /* spans rows: copied by the core */
-	p->placing = req;
-	return at;
-}
-
-void coll_unplace(struct device *dev, struct step *s, struct dp_request *req)
-{
-	for (int c = 0; c < dev->cores_per_host; c++)
-		for (int k = 0; k < s->posts[c].n; k++)
-			if (s->posts[c].list[k].placing == req) {
-				s->posts[c].list[k].placing = NULL;
-				core_wake(&dev->cores[c]);
-			}
-}
-
-void coll_step_cleanup(struct device *dev, struct step *s)
-{
-	for (int c = 0; s->inbox != NULL && c < dev->cores_per_host; c++) {
-		struct inbox_entry *e = s->inbox[c];
-		while (e != NULL) {
-			struct inbox_entry *next = e->next;
-			if (e->req != NULL)
-				dp_complete(e->req, ST_ABORTED, "the receiving step ended");
-			free(e->staged);
-			free(e);
-			e = next;
-		}
-		s->inbox[c] = NULL;
-	}
 }

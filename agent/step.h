@@ -93,6 +93,15 @@ static inline int64_t layout_len(const Podemu__BlockLayout *l)
 	return l == NULL ? 0 : l->row_bytes * l->rows;
 }
 
+/* Bytes of a contiguous piece of layout l starting at sequence position pos (*n of them). */
+static inline unsigned char *block_piece(unsigned char *base, const Podemu__BlockLayout *l,
+                                         int64_t pos, int64_t len, int64_t *n)
+{
+	int64_t row = pos / l->row_bytes, within = pos % l->row_bytes;
+	*n = l->row_bytes - within < len ? l->row_bytes - within : len;
+	return base + l->offset + row * l->row_stride + within;
+}
+
 static inline void *core_ptr(struct core *c, struct step *s, int node)
 {
 	if (s->ptrs[c->local][node] != NULL || (size_t)node >= s->n_entry)
@@ -150,12 +159,19 @@ int control_check(struct device *dev, struct step *s, struct status *st);
 /* The staging of each while's results on every core (backed pods), at prepare. */
 int control_allocate(struct device *dev, struct step *s, struct status *st);
 
+/* Frees the outputs a prepared step allocated (when it did not publish them). Lock held. */
+void step_free_outputs(struct device *dev, struct step *s);
+/* Answers every queued chunk of s and frees the step. Lock held. */
+void step_destroy(struct device *dev, struct step *s);
+
 /*
  * Runs core c's schedule for collective node `node` of s; a reducing one combines through
  * scratch (scratch_bytes of the reservation where the plan put them).
  */
 int coll_run(struct device *dev, struct step *s, struct core *c, int node, void *scratch,
              int64_t scratch_bytes, struct status *st);
+/* Appends e to the inbox of local core `local` (inbox.c; lock held). */
+void inbox_push(struct step *s, int local, struct inbox_entry *e);
 /* Queues a chunk from a peer agent for its core (lock held by the caller). */
 int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *req,
                         const struct dp_header *h, const void *payload, struct status *st);
