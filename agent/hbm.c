@@ -33,6 +33,18 @@ static int slot_of(enum tree t)
 	return t == T_GAP_SIZE ? 1 : 0;
 }
 
+/* Children for walks that only read. */
+static int left(const struct hbm *h, enum tree t, int i)
+{
+	return node(h, i)->left[slot_of(t)];
+}
+
+static int right(const struct hbm *h, enum tree t, int i)
+{
+	return node(h, i)->right[slot_of(t)];
+}
+
+/* Children's links, for the operations that relink them. */
 static int *left_of(struct hbm *h, enum tree t, int i)
 {
 	return &node(h, i)->left[slot_of(t)];
@@ -102,18 +114,18 @@ static void tree_erase(struct hbm *h, enum tree t, int *root, int i)
 }
 
 /* The node of tree t (by a) whose a equals key, or 0. */
-static int find_at(struct hbm *h, enum tree t, int root, int64_t key)
+static int find_at(const struct hbm *h, enum tree t, int root, int64_t key)
 {
 	while (root != 0 && node(h, root)->a != key)
-		root = key < node(h, root)->a ? *left_of(h, t, root) : *right_of(h, t, root);
+		root = key < node(h, root)->a ? left(h, t, root) : right(h, t, root);
 	return root;
 }
 
 /* The last node of a tree, or 0. */
-static int last_of(struct hbm *h, enum tree t, int root)
+static int last_of(const struct hbm *h, enum tree t, int root)
 {
-	while (root != 0 && *right_of(h, t, root) != 0)
-		root = *right_of(h, t, root);
+	while (root != 0 && right(h, t, root) != 0)
+		root = right(h, t, root);
 	return root;
 }
 
@@ -121,15 +133,15 @@ static int last_of(struct hbm *h, enum tree t, int root)
  * Best fit: the smallest gap of at least need bytes, the highest of equal ones (the first in
  * the size tree's order from need on); 0 if none.
  */
-static int best_gap(struct hbm *h, int64_t need)
+static int best_gap(const struct hbm *h, int64_t need)
 {
 	int best = 0;
 	for (int at = h->gaps_by_size; at != 0;) {
 		if (node(h, at)->b - node(h, at)->a >= need) {
 			best = at;
-			at = *left_of(h, T_GAP_SIZE, at);
+			at = left(h, T_GAP_SIZE, at);
 		} else {
-			at = *right_of(h, T_GAP_SIZE, at);
+			at = right(h, T_GAP_SIZE, at);
 		}
 	}
 	return best;
@@ -188,16 +200,16 @@ static int free_range(struct hbm *h, int64_t from, int64_t to)
 	for (int at = h->gaps_by_start; at != 0 && above == 0;) {
 		if (node(h, at)->a == to) {
 			above = at;
-			at = *left_of(h, T_GAP_START, at);
+			at = left(h, T_GAP_START, at);
 			/* the one below is the greatest start in the left subtree, or found already
 			 */
-			for (; at != 0; at = *right_of(h, T_GAP_START, at))
+			for (; at != 0; at = right(h, T_GAP_START, at))
 				below = at;
 		} else if (node(h, at)->a < to) {
 			below = at;
-			at = *right_of(h, T_GAP_START, at);
+			at = right(h, T_GAP_START, at);
 		} else {
-			at = *left_of(h, T_GAP_START, at);
+			at = left(h, T_GAP_START, at);
 		}
 	}
 	if (below != 0 && node(h, below)->b != from)
@@ -227,56 +239,25 @@ static int free_range(struct hbm *h, int64_t from, int64_t to)
 	return 0;
 }
 
-/* ---- Buffers by offset: open addressing, linear probing ---- */
+/* ---- Buffers: a dense array, indexed by offset ---- */
 
-static size_t home_of(const struct hbm *h, int64_t offset)
+static int buffer_find(const struct hbm *h, int64_t offset)
 {
-	uint64_t x = (uint64_t)offset; /* splitmix64's finalizer: every bit moves every bit */
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return (size_t)(x ^ (x >> 31)) & (h->table_size - 1);
+	return hindex_find(&h->index, h->buffers, sizeof(h->buffers[0]), (uint64_t)offset);
 }
 
-/* The slot of the buffer at offset, or the empty slot where it would go. */
-static size_t table_probe(const struct hbm *h, int64_t offset)
+/* Room for one more buffer (array and index); -1 when out of memory. */
+static int buffer_room(struct hbm *h)
 {
-	size_t i = home_of(h, offset);
-	while (h->table[i].size != 0 && h->table[i].offset != offset)
-		i = (i + 1) & (h->table_size - 1);
-	return i;
-}
-
-static int table_grow(struct hbm *h)
-{
-	if ((size_t)h->num_blocks * 2 + 2 <= h->table_size)
-		return 0;
-	size_t old = h->table_size, n = old ? old * 2 : 64;
-	struct hbm_buffer *was = h->table, *t = calloc(n, sizeof(*t));
-	if (t == NULL)
-		return -1;
-	h->table = t;
-	h->table_size = n;
-	for (size_t i = 0; i < old; i++)
-		if (was[i].size != 0)
-			h->table[table_probe(h, was[i].offset)] = was[i];
-	free(was);
-	return 0;
-}
-
-/* Empties slot i, moving later entries of its probe run back (backward-shift deletion). */
-static void table_remove(struct hbm *h, size_t i)
-{
-	size_t mask = h->table_size - 1;
-	h->table[i].size = 0;
-	for (size_t j = (i + 1) & mask; h->table[j].size != 0; j = (j + 1) & mask) {
-		size_t home = home_of(h, h->table[j].offset);
-		bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-		if (stays)
-			continue;
-		h->table[i] = h->table[j];
-		h->table[j].size = 0;
-		i = j;
+	if (h->num_blocks == h->cap_blocks) {
+		int cap = h->cap_blocks ? h->cap_blocks * 2 : 64;
+		struct hbm_buffer *b = realloc(h->buffers, (size_t)cap * sizeof(*b));
+		if (b == NULL)
+			return -1;
+		h->buffers = b;
+		h->cap_blocks = cap;
 	}
+	return 0;
 }
 
 /* ---- The heap ---- */
@@ -308,20 +289,21 @@ void hbm_destroy(struct hbm *h)
 	if (h->base != NULL)
 		munmap(h->base, (size_t)h->capacity);
 	free(h->nodes);
-	free(h->table);
+	free(h->buffers);
+	hindex_free(&h->index);
 	memset(h, 0, sizeof(*h));
 }
 
-/* Gives back the whole pages of the gaps in tree t under root. */
-static void return_pages(struct hbm *h, int root, int64_t page)
+/* Gives back the whole pages of the gaps under root (the tree by start). */
+static void return_pages(const struct hbm *h, int root, int64_t page)
 {
 	while (root != 0) {
-		return_pages(h, *left_of(h, T_GAP_START, root), page);
+		return_pages(h, left(h, T_GAP_START, root), page);
 		const struct hbm_node *g = node(h, root);
 		int64_t from = (g->a + page - 1) / page * page, to = g->b / page * page;
 		if (to > from)
 			madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
-		root = *right_of(h, T_GAP_START, root);
+		root = right(h, T_GAP_START, root);
 	}
 }
 
@@ -364,10 +346,15 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 		                  "was not possible. There are %s free.",
 		                  status_human_bytes(want, size),
 		                  status_human_bytes(free_text, h->capacity - h->used));
-	if (table_grow(h) != 0)
+	if (buffer_room(h) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* At the top of the gap; what stays below is still free (in the same place by start). */
+	/* The buffer's place at the top of the gap, indexed before anything changes. */
+	int k = h->num_blocks;
 	int64_t at = node(h, g)->b - need;
+	h->buffers[k] = (struct hbm_buffer){at, need};
+	if (hindex_add(&h->index, h->buffers, sizeof(h->buffers[0]), k + 1, k) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	/* What stays below it is still free (in the same place by start). */
 	if (at > node(h, g)->a) {
 		tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, g);
 		node(h, g)->b = at;
@@ -376,7 +363,6 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 		gap_remove(h, g);
 		node_free(h, g);
 	}
-	h->table[table_probe(h, at)] = (struct hbm_buffer){at, need};
 	h->num_blocks++;
 	h->used += need;
 	h->stats.num_allocs++;
@@ -391,15 +377,15 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 
 int hbm_free(struct hbm *h, int64_t offset)
 {
-	if (h->table_size == 0)
+	int i = buffer_find(h, offset);
+	if (i < 0)
 		return ST_NOT_FOUND;
-	size_t i = table_probe(h, offset);
-	if (h->table[i].size == 0)
-		return ST_NOT_FOUND;
-	int64_t size = h->table[i].size;
-	table_remove(h, i);
-	free_range(h, offset, offset + size);
+	int64_t size = h->buffers[i].size;
+	int last = h->num_blocks - 1;
+	hindex_remove(&h->index, h->buffers, sizeof(h->buffers[0]), i, last);
+	h->buffers[i] = h->buffers[last];
 	h->num_blocks--;
+	free_range(h, offset, offset + size);
 	h->used -= size;
 	hbm_discard(h, size);
 	return ST_OK;
@@ -409,7 +395,7 @@ int hbm_free(struct hbm *h, int64_t offset)
  * The lowest buffer's offset, or the capacity: how much the reservation may take. Where no gap
  * starts just above the reservation, a buffer does (or the reservation fills the heap).
  */
-static int64_t reservable(struct hbm *h)
+static int64_t reservable(const struct hbm *h)
 {
 	int g = find_at(h, T_GAP_START, h->gaps_by_start, h->reserved);
 	if (g != 0)
@@ -468,12 +454,11 @@ void hbm_release_reservation(struct hbm *h)
 
 void hbm_get_stats(const struct hbm *h, struct hbm_stats *out)
 {
-	struct hbm *m = (struct hbm *)h; /* the walks below change nothing */
 	*out = h->stats;
 	out->bytes_in_use = h->used;
 	out->bytes_reserved = h->reserved;
-	out->bytes_reservable_limit = reservable(m);
-	int largest = last_of(m, T_GAP_SIZE, h->gaps_by_size);
+	out->bytes_reservable_limit = reservable(h);
+	int largest = last_of(h, T_GAP_SIZE, h->gaps_by_size);
 	out->largest_free_block_bytes =
-	    largest != 0 ? node(m, largest)->b - node(m, largest)->a : 0;
+	    largest != 0 ? node(h, largest)->b - node(h, largest)->a : 0;
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hindex.h"
 #include "status.h"
 #include "topology.h"
 
@@ -32,7 +33,7 @@ struct hbm_node {
 	uint32_t prio;
 };
 
-/* A device buffer in the heap's table by offset (size 0: an empty slot). */
+/* A device buffer of the heap (offset first: the hash index reads it there). */
 struct hbm_buffer {
 	int64_t offset, size;
 };
@@ -52,16 +53,16 @@ struct hbm {
 	/*
 	 * So that alloc and free take O(log n) with any number of buffers: the free gaps above
 	 * the reservation in treaps by start and by (size, end) for best fit, over one node pool;
-	 * the buffers in an open-addressing table by offset.
+	 * the buffers in a dense array indexed by offset (common/hindex.c).
 	 */
 	struct hbm_node *nodes;
 	int num_nodes, cap_nodes;
 	int free_node;                   /* a free list through left[0] */
 	int gaps_by_start, gaps_by_size; /* roots */
-	struct hbm_buffer *table;
-	size_t table_size; /* a power of two, at least twice num_blocks */
-	int num_blocks;
-	int64_t used; /* buffers plus the reservation */
+	struct hbm_buffer *buffers;
+	int num_blocks, cap_blocks;
+	struct hindex index; /* offset -> buffers[] position */
+	int64_t used;        /* buffers plus the reservation */
 	uint32_t seed;
 	int64_t reserved;
 	struct hbm_stats stats;
