@@ -157,15 +157,22 @@ static pe_tensor *upload(uint16_t **in, int64_t n)
 	return t;
 }
 
+/* Runs the pending step, which holds one collective; the algorithm the pod ran it with. */
+static const char *run_one_collective(void)
+{
+	assert_int_equal(pe_mark_step(client), PE_OK);
+	int64_t micros;
+	const char *algo;
+	assert_int_equal(pe_last_step_collectives(client, &micros, &algo, 1), 1);
+	return algo;
+}
+
 static void check_all_reduce(int64_t n, unsigned seed)
 {
 	uint16_t **in = inputs(n, seed);
 	pe_tensor *x = upload(in, n);
 	pe_tensor *y = pe_all_reduce(x, PE_REDUCE_SUM, 1.0, NULL);
-	assert_int_equal(pe_mark_step(client), PE_OK);
-	int64_t micros;
-	const char *algo;
-	assert_int_equal(pe_last_step_collectives(client, &micros, &algo, 1), 1);
+	const char *algo = run_one_collective();
 	uint16_t *got = malloc((size_t)n * sizeof(uint16_t));
 	float *want = malloc((size_t)n * sizeof(float));
 	assert_non_null(got);
@@ -214,11 +221,7 @@ static void test_reduce_scatter(void **state)
 	uint16_t **in = inputs(n, 13);
 	pe_tensor *x = upload(in, n);
 	pe_tensor *y = pe_reduce_scatter(x, PE_REDUCE_SUM, 0, NULL);
-	assert_int_equal(pe_mark_step(client), PE_OK);
-	int64_t micros;
-	const char *algo;
-	assert_int_equal(pe_last_step_collectives(client, &micros, &algo, 1), 1);
-	assert_string_equal(algo, "ring");
+	assert_string_equal(run_one_collective(), "ring");
 	int all[64];
 	for (int c = 0; c < world; c++)
 		all[c] = c;
