@@ -157,6 +157,8 @@ int session_begin_end(struct registry *r, uint64_t id, const char *reason, struc
 size_t session_take_handles(struct registry *r, uint64_t id, uint64_t *out);
 /* Buffers and bytes per core that session owns. */
 void session_usage(const struct registry *r, uint64_t id, int *buffers, int64_t *bytes);
+/* The same for every session at once, by position in r->sessions (arrays of num_sessions). */
+void session_usage_all(const struct registry *r, int *buffers, int64_t *bytes);
 
 int64_t registry_now_ms(void);
 

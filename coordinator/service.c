@@ -126,11 +126,18 @@ int coordinator_status(struct coordinator *co, struct arena *a, bool memory, Pod
 static void list_sessions(const struct registry *r, struct arena *a, Podemu__PodStatus *rep)
 {
 	rep->sessions = arena_calloc(a, (size_t)r->num_sessions + 1, sizeof(*rep->sessions));
-	for (int i = 0; rep->sessions != NULL && i < r->num_sessions; i++) {
+	int *buffers = arena_calloc(a, (size_t)r->num_sessions + 1, sizeof(int));
+	int64_t *bytes = arena_calloc(a, (size_t)r->num_sessions + 1, sizeof(int64_t));
+	if (rep->sessions == NULL || buffers == NULL || bytes == NULL)
+		return;
+	session_usage_all(r, buffers, bytes); /* one walk over the buffers for all of them */
+	for (int i = 0; i < r->num_sessions; i++) {
 		const struct session *s = &r->sessions[i];
-		Podemu__SessionInfo *si = arena_alloc(a, sizeof(*si));
-		if (s->state == SESSION_ENDED || si == NULL)
+		if (s->state == SESSION_ENDED)
 			continue;
+		Podemu__SessionInfo *si = arena_alloc(a, sizeof(*si));
+		if (si == NULL)
+			return;
 		podemu__session_info__init(si);
 		si->id = s->id;
 		si->pid = s->pid;
@@ -138,7 +145,8 @@ static void list_sessions(const struct registry *r, struct arena *a, Podemu__Pod
 		si->name = arena_strdup(a, s->name);
 		si->started_unix_ms = s->started_unix_ms;
 		si->lease_ms = s->lease_ms;
-		session_usage(r, s->id, &si->buffers, &si->bytes_per_core);
+		si->buffers = buffers[i];
+		si->bytes_per_core = bytes[i];
 		rep->sessions[rep->n_sessions++] = si;
 	}
 }

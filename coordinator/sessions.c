@@ -14,12 +14,24 @@
 /* Ended sessions remembered for their reason, at most. */
 #define ENDED_KEPT 64
 
+/* The position of session id, or -1. Sessions are kept in the order they opened, by id. */
+static int position_of(const struct registry *r, uint64_t id)
+{
+	int lo = 0, hi = r->num_sessions;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (r->sessions[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < r->num_sessions && r->sessions[lo].id == id ? lo : -1;
+}
+
 static struct session *find(const struct registry *r, uint64_t id)
 {
-	for (int i = 0; i < r->num_sessions; i++)
-		if (r->sessions[i].id == id)
-			return &r->sessions[i];
-	return NULL;
+	int i = position_of(r, id);
+	return i >= 0 ? &r->sessions[i] : NULL;
 }
 
 /* Forgets the oldest ended sessions beyond ENDED_KEPT. */
@@ -153,4 +165,17 @@ void session_usage(const struct registry *r, uint64_t id, int *buffers, int64_t 
 			(*buffers)++;
 			*bytes += r->handles[i].bytes;
 		}
+}
+
+void session_usage_all(const struct registry *r, int *buffers, int64_t *bytes)
+{
+	memset(buffers, 0, (size_t)r->num_sessions * sizeof(*buffers));
+	memset(bytes, 0, (size_t)r->num_sessions * sizeof(*bytes));
+	for (int i = 0; i < r->num_handles; i++) {
+		int k = position_of(r, r->handles[i].session);
+		if (k >= 0) {
+			buffers[k]++;
+			bytes[k] += r->handles[i].bytes;
+		}
+	}
 }

@@ -140,6 +140,14 @@ static void test_sessions_own_their_buffers(void **state)
 	session_usage(r, a, &buffers, &bytes);
 	assert_int_equal(buffers, 2);
 	assert_int_equal(bytes, 300);
+	int all_buffers[8];
+	int64_t all_bytes[8];
+	assert_int_equal(r->num_sessions, 2);
+	session_usage_all(r, all_buffers, all_bytes);
+	assert_int_equal(all_buffers[0], 2);
+	assert_int_equal(all_bytes[0], 300);
+	assert_int_equal(all_buffers[1], 1);
+	assert_int_equal(all_bytes[1], 400);
 
 	/* No request for 0 ms: b's lease (500 ms) runs out first, a's (the default) later. */
 	int64_t now = registry_now_ms();
