@@ -1,9 +1,9 @@
 /*
- * The HLO text reader's primitives, shared by the files of the frontend (hlo.c: instructions,
- * computations and the module; hlo_shape.c: shapes and layouts; hlo_infer.c: the shapes XLA
- * infers). Like XLA's lexer, the reader treats line breaks as blanks: an instruction may
- * continue over several lines. Every error names the line and column; after the first one the
- * reader is failed and every later call returns at once.
+ * The HLO text reader's primitives, shared by the files of the frontend (hlo.c: instructions
+ * and computations; hlo_module.c: the module and its header; hlo_shape.c: shapes and layouts;
+ * hlo_infer.c: the shapes XLA infers). Like XLA's lexer, the reader treats line breaks as blanks:
+ * an instruction may continue over several lines. Every error names the line and column; after the
+ * first one the reader is failed and every later call returns at once.
  */
 #ifndef PODEMU_HLO_READER_H
 #define PODEMU_HLO_READER_H
@@ -62,6 +62,23 @@ const char *reader_word(struct reader *r);
 int reader_integer(struct reader *r, int64_t *out, int64_t max, const char *what);
 /* A balanced (), [] or {} group or a "string" starting at r->p, as text. */
 const char *reader_balanced(struct reader *r);
+
+/* "{1,2,3}" (text, read at `at`) into a list of integers. */
+int reader_int_list(struct reader *r, const char *text, const char *at, int64_t **out, int *n);
+/*
+ * One attribute value: a balanced group or a string, or a run of characters up to a ',' or a
+ * blank outside brackets ("[2,64]<=[2,64]T(1,0)", "%add.3", "GT").
+ */
+const char *reader_attribute_value(struct reader *r);
+/* "key =" of an attribute: the key, or NULL after an error. */
+const char *reader_attribute_key(struct reader *r);
+
+/* FNV-1a of a name, for name tables. */
+uint64_t hlo_name_hash(const char *name);
+/* Where instruction in starts in the text, for errors found after it was read. */
+const char *hlo_where(struct reader *r, const struct hlo_instruction *in);
+/* One computation at r->p ("name (params) -> shape { instructions }"), resolved and checked. */
+int hlo_read_computation(struct reader *r, struct hlo_computation **out);
 
 /* A name without its leading '%'. */
 const char *hlo_bare(const char *name);
