@@ -109,8 +109,8 @@ static double wait_restored(pe_client *c, const int64_t *before, double from)
 	}
 }
 
-/* `podemu status --json` mentions the session of pid with that many bytes per core. */
-static int status_lists(pid_t pid, long long bytes_per_core)
+/* Bytes per core of pid's session as `podemu status --json` lists it; -1 when it lists none. */
+static long long status_session_bytes(pid_t pid)
 {
 	char cmd[1024], out[65536];
 	snprintf(cmd, sizeof(cmd), "%s/podemu status --json --state-dir %s", PODEMU_BIN_DIR,
@@ -123,12 +123,11 @@ static int status_lists(pid_t pid, long long bytes_per_core)
 	char want[128];
 	snprintf(want, sizeof(want), "\"pid\": %d, \"name\": \"it_sessions\"", (int)pid);
 	const char *at = strstr(out, want);
-	if (at == NULL)
-		return 0;
-	snprintf(want, sizeof(want), "\"bytes_per_core\": %lld}", bytes_per_core);
-	const char *end = strchr(at, '}');
-	const char *b = strstr(at, want);
-	return b != NULL && end != NULL && b < end + 1;
+	const char *bytes = at != NULL ? strstr(at, "\"bytes_per_core\": ") : NULL;
+	const char *end = at != NULL ? strchr(at, '}') : NULL;
+	if (bytes == NULL || end == NULL || bytes > end)
+		return -1;
+	return atoll(bytes + strlen("\"bytes_per_core\": "));
 }
 
 /* The surviving client's own buffer: made before, checked after each death. */
@@ -200,7 +199,7 @@ static void test_killed_mid_step(void **state)
 	/* Its step is on the cores, stalled before the all-reduce. */
 	assert_true(pod_log_has("agent-1", log_from, "failpoint stall-before-collective"));
 	/* Its input is its buffer so far; the step's output becomes one when the step ends. */
-	assert_true(status_lists(child, 4LL * CHILD_ELEMENTS));
+	assert_int_equal(status_session_bytes(child), 4LL * CHILD_ELEMENTS);
 	double at = pod_now_s();
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
@@ -212,7 +211,7 @@ static void test_killed_mid_step(void **state)
 	assert_true(took >= 0);
 	assert_true(took <= LEASE_MS / 1000.0 + 1.0);
 	assert_true(pod_log_has("coordinator", 0, "is cancelled"));
-	assert_false(status_lists(child, 0));
+	assert_int_equal(status_session_bytes(child), -1); /* the session is gone */
 	survivor_check(s);
 }
 
