@@ -1,7 +1,8 @@
 /*
- * podemu-agent: one emulated TPU VM host. Serves the Agent service to the coordinator, receives
- * collective chunks from peer agents, and runs one executor thread per simulated core. The main
- * thread runs a libevent loop for signals, registration and heartbeats.
+ * podemu-agent: one or several emulated TPU VM hosts. Each serves the Agent service to the
+ * coordinator, receives collective chunks from peer hosts on its own data-plane endpoint, and
+ * runs one executor thread per simulated core, exactly as if it were alone in its process. The
+ * main thread runs a libevent loop for signals, registration and one heartbeat for all of them.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -23,22 +24,35 @@
 #include "tls.h"
 #include "token.h"
 
-struct agent_main {
+/* Hosts one process may emulate (podemu-agent --hosts, --host-index A-B). */
+#define AGENT_MAX_HOSTS 1024
+
+/* One emulated host: its own identity, heaps, data-plane endpoint and Agent service. */
+struct agent_host {
 	struct agent agent;
-	struct event_base *base;
-	struct rpc_client *coordinator;
+	struct agent_process *proc;
 	struct dataplane *dp;
-	const char *backing;
+	struct rpc_server *server;
 	int requested_index;
 	char control_url[256];
 	char data_url[256];
 	int host_index;
 	uint64_t incarnation;
-	uint64_t agent_epoch;       /* this process */
+	uint64_t agent_epoch;       /* this start of the host */
 	uint64_t coordinator_epoch; /* the coordinator process that knows our buffers */
 	bool registered;
 	bool device_up;
 	int cores_per_host;
+	int num_hosts;
+};
+
+/* The process: one event loop, one coordinator connection and one heartbeat for its hosts. */
+struct agent_process {
+	struct event_base *base;
+	struct rpc_client *coordinator;
+	const char *backing;
+	uint64_t epoch;
+	struct agent_host *hosts;
 	int num_hosts;
 };
 
@@ -52,7 +66,10 @@ static void usage(FILE *f)
 	        "  --advertise-host NAME   host name or IP that peers and the coordinator dial\n"
 	        "                          (default: the listen host, or the host name when\n"
 	        "                          listening on 0.0.0.0)\n"
-	        "  --host-index N          ask for host index N (e.g. a StatefulSet ordinal)\n"
+	        "  --host-index N|A-B      ask for host index N (e.g. a StatefulSet ordinal), or\n"
+	        "                          emulate hosts A..B in this process\n"
+	        "  --hosts N               emulate N hosts in this process (default 1; from\n"
+	        "                          --host-index N on, or any free ones)\n"
 	        "  --backing host|none     real bytes behind each heap, or accounting only\n"
 	        "  --heartbeat-ms N        heartbeat interval (default 1000)\n"
 	        "  --cpus LIST             run on these CPUs only, e.g. 0-3,8 (as taskset -c)\n"
@@ -91,8 +108,28 @@ static void advertise(char *out, const char *bound, const char *host)
 	snprintf(out, 256, "%.*s%s%s", (int)(h - bound), bound, host, colon);
 }
 
-static void try_register(struct agent_main *m)
+/* The log's role: "agent-3", or "agent-0..15" for a process with several hosts. */
+static void name_log(struct agent_process *p)
 {
+	int lo = -1, hi = -1;
+	for (int i = 0; i < p->num_hosts; i++) {
+		if (!p->hosts[i].device_up)
+			return;
+		int h = p->hosts[i].host_index;
+		lo = lo < 0 || h < lo ? h : lo;
+		hi = h > hi ? h : hi;
+	}
+	char role[48];
+	if (lo == hi)
+		snprintf(role, sizeof(role), "agent-%d", lo);
+	else
+		snprintf(role, sizeof(role), "agent-%d..%d", lo, hi);
+	log_init(role, log_level());
+}
+
+static void try_register(struct agent_host *m)
+{
+	struct agent_process *p = m->proc;
 	struct arena *a = arena_new();
 	if (a == NULL)
 		return;
@@ -101,16 +138,17 @@ static void try_register(struct agent_main *m)
 	req.control_url = m->control_url;
 	req.data_url = m->data_url;
 	req.pid = (int)getpid();
-	req.backing = (char *)m->backing;
+	req.backing = (char *)p->backing;
 	req.agent_epoch = m->agent_epoch;
+	req.process_epoch = p->epoch;
 	void *reply;
 	struct status st;
-	int rv = rpc_call(m->coordinator, &podemu__coordinator__descriptor, CM_REGISTER, &req, a,
+	int rv = rpc_call(p->coordinator, &podemu__coordinator__descriptor, CM_REGISTER, &req, a,
 	                  &reply, 2000, &st);
 	if (rv != ST_OK) {
 		if (rv != ST_DEADLINE_EXCEEDED && rv != ST_UNAVAILABLE) {
 			log_error("registration refused: %s: %s", status_code_name(rv), st.message);
-			event_base_loopbreak(m->base);
+			event_base_loopbreak(p->base);
 		}
 		arena_free(a);
 		return;
@@ -119,14 +157,15 @@ static void try_register(struct agent_main *m)
 	if (m->device_up && (r->cores_per_host != m->cores_per_host ||
 	                     r->num_hosts != m->num_hosts || r->host_index != m->host_index)) {
 		log_error("the coordinator now describes another pod (%s); exiting", r->topology);
-		event_base_loopbreak(m->base);
+		event_base_loopbreak(p->base);
 		arena_free(a);
 		return;
 	}
 	if (m->device_up && r->coordinator_epoch != m->coordinator_epoch) {
 		int freed = device_forget_all(&m->agent.dev, "the coordinator restarted", 10000);
-		log_warn("a new coordinator process: freed the %d device buffers the old one made",
-		         freed);
+		log_warn("host %d: a new coordinator process: freed the %d device buffers the old "
+		         "one made",
+		         m->host_index, freed);
 	}
 	m->coordinator_epoch = r->coordinator_epoch;
 	m->host_index = r->host_index;
@@ -135,10 +174,10 @@ static void try_register(struct agent_main *m)
 	if (!m->device_up) {
 		int rv2 = device_init(&m->agent.dev, r->host_index, r->num_hosts, r->cores_per_host,
 		                      r->hbm_bytes - r->reserved_bytes,
-		                      strcmp(m->backing, "host") == 0, &st);
+		                      strcmp(p->backing, "host") == 0, &st);
 		if (rv2 != ST_OK) {
 			log_error("cannot create cores: %s", st.message);
-			event_base_loopbreak(m->base);
+			event_base_loopbreak(p->base);
 			arena_free(a);
 			return;
 		}
@@ -146,9 +185,7 @@ static void try_register(struct agent_main *m)
 		m->cores_per_host = r->cores_per_host;
 		m->num_hosts = r->num_hosts;
 		m->device_up = true;
-		char role[32];
-		snprintf(role, sizeof(role), "agent-%d", r->host_index);
-		log_init(role, LOG_INFO);
+		name_log(p);
 	}
 	m->agent.ready = true;
 	log_info("registered as host %d of %s (%d cores, ordinals %d..%d)", r->host_index,
@@ -157,33 +194,56 @@ static void try_register(struct agent_main *m)
 	arena_free(a);
 }
 
-static void heartbeat(struct agent_main *m)
+/* One heartbeat for every registered host of the process; those unknown register again. */
+static void heartbeat(struct agent_process *p)
 {
 	struct arena *a = arena_new();
-	if (a == NULL)
-		return;
+	Podemu__HostLease *leases = calloc((size_t)p->num_hosts, sizeof(*leases));
+	Podemu__HostLease **list = calloc((size_t)p->num_hosts, sizeof(*list));
+	if (a == NULL || leases == NULL || list == NULL)
+		goto out;
 	Podemu__HeartbeatRequest req = PODEMU__HEARTBEAT_REQUEST__INIT;
-	req.host_index = m->host_index;
-	req.incarnation = m->incarnation;
+	for (int i = 0; i < p->num_hosts; i++) {
+		if (!p->hosts[i].registered)
+			continue;
+		podemu__host_lease__init(&leases[i]);
+		leases[i].host_index = p->hosts[i].host_index;
+		leases[i].incarnation = p->hosts[i].incarnation;
+		list[req.n_hosts++] = &leases[i];
+	}
+	req.hosts = list;
 	void *reply;
 	struct status st;
-	if (rpc_call(m->coordinator, &podemu__coordinator__descriptor, CM_HEARTBEAT, &req, a,
-	             &reply, 1000, &st) == ST_OK &&
-	    !((Podemu__HeartbeatReply *)reply)->known) {
-		log_warn("the coordinator does not know this host; registering again");
-		try_register(m);
+	if (req.n_hosts == 0 || rpc_call(p->coordinator, &podemu__coordinator__descriptor,
+	                                 CM_HEARTBEAT, &req, a, &reply, 1000, &st) != ST_OK)
+		goto out;
+	const Podemu__HeartbeatReply *r = reply;
+	for (size_t k = 0; k < r->n_unknown_hosts; k++) {
+		for (int i = 0; i < p->num_hosts; i++) {
+			struct agent_host *m = &p->hosts[i];
+			if (m->registered && m->host_index == r->unknown_hosts[k]) {
+				log_warn("the coordinator does not know host %d; registering again",
+				         m->host_index);
+				try_register(m);
+			}
+		}
 	}
+out:
+	free(list);
+	free(leases);
 	arena_free(a);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
-	struct agent_main *m = arg;
-	if (!m->registered)
-		try_register(m);
-	else
-		heartbeat(m);
-	dp_reap(m->dp); /* connections peers closed, even when no collective runs */
+	struct agent_process *p = arg;
+	for (int i = 0; i < p->num_hosts; i++)
+		if (!p->hosts[i].registered)
+			try_register(&p->hosts[i]);
+	heartbeat(p);
+	/* Connections peers closed, even when no collective runs. */
+	for (int i = 0; i < p->num_hosts; i++)
+		dp_reap(p->hosts[i].dp);
 }
 
 /* Idle this long, the agent gives back what steps keep for the next one. */
@@ -191,16 +251,112 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
 {
-	struct agent_main *m = arg;
-	if (m->device_up)
-		device_return_idle_memory(&m->agent.dev, IDLE_RETURN_MS);
+	struct agent_process *p = arg;
+	for (int i = 0; i < p->num_hosts; i++)
+		if (p->hosts[i].device_up)
+			device_return_idle_memory(&p->hosts[i].agent.dev, IDLE_RETURN_MS);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
-	struct agent_main *m = arg;
+	struct agent_process *p = arg;
 	log_info("signal %d: shutting down", (int)sig);
-	event_base_loopbreak(m->base);
+	event_base_loopbreak(p->base);
+}
+
+/*
+ * The listen URL of the host in slot i: the same URL when its port is 0 (each gets its own) or
+ * for the first host, else the port plus i. Refuses a port past 65535.
+ */
+static int slot_url(char *out, size_t len, const char *url, int slot)
+{
+	const char *colon = strrchr(url, ':');
+	char *end;
+	long port = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
+	if (slot == 0 || colon == NULL || port == 0) {
+		snprintf(out, len, "%s", url);
+		return 0;
+	}
+	if (port + slot > 65535)
+		return -1;
+	snprintf(out, len, "%.*s:%ld%s", (int)(colon - url), url, port + slot, end);
+	return 0;
+}
+
+/* Parses --host-index: "N" or "A-B" (first and count). */
+static int parse_host_index(const char *s, int *first, int *count)
+{
+	char *end;
+	long a = strtol(s, &end, 10), b = a;
+	if (end == s || a < 0)
+		return -1;
+	if (*end == '-') {
+		const char *rest = end + 1;
+		b = strtol(rest, &end, 10);
+		if (end == rest || b < a)
+			return -1;
+	}
+	if (*end != '\0' || b >= (1 << 20))
+		return -1;
+	*first = (int)a;
+	*count = (int)(b - a + 1);
+	return 0;
+}
+
+/* Starts the data plane and the Agent service of the host in slot i. */
+static int start_host(struct agent_process *p, int i, const char *data_listen,
+                      const char *control_listen, const char *advertise_host, const char *token,
+                      struct status *st)
+{
+	struct agent_host *m = &p->hosts[i];
+	char data[256], control[256], bound[256];
+	if (slot_url(data, sizeof(data), data_listen, i) != 0 ||
+	    slot_url(control, sizeof(control), control_listen, i) != 0)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "host %d of this process: its port would pass 65535", i);
+	const struct dp_handlers handlers = {agent_deliver, agent_place, agent_unplace, &m->agent};
+	if (dp_start(&m->dp, data, bound, &handlers, st) != ST_OK)
+		return st->code;
+	dp_set_token(m->dp, token);
+	advertise(m->data_url, bound, advertise_host);
+	if (rpc_server_start(&m->server, control, &podemu__agent__descriptor, agent_handlers,
+	                     &m->agent, 4, token, bound, st) != ST_OK) {
+		dp_stop(m->dp);
+		m->dp = NULL;
+		return st->code;
+	}
+	advertise(m->control_url, bound, advertise_host);
+	return ST_OK;
+}
+
+/* Stops the hosts that started (a step in flight is aborted first). */
+static void stop_hosts(struct agent_process *p)
+{
+	for (int i = 0; i < p->num_hosts; i++) {
+		struct agent_host *m = &p->hosts[i];
+		m->agent.ready = false;
+		/*
+		 * Its cores stop waiting in collectives and the request that runs the step
+		 * returns, so that the server's workers can be joined.
+		 */
+		if (m->device_up)
+			device_abort(&m->agent.dev, 0, ST_UNAVAILABLE, "the agent is stopping",
+			             NULL, NULL);
+	}
+	for (int i = 0; i < p->num_hosts; i++)
+		if (p->hosts[i].server != NULL)
+			rpc_server_stop(p->hosts[i].server);
+	/* No chunk arrives once the data planes are shut, but cores still see them until joined. */
+	for (int i = 0; i < p->num_hosts; i++)
+		if (p->hosts[i].dp != NULL)
+			dp_shutdown(p->hosts[i].dp);
+	for (int i = 0; i < p->num_hosts; i++) {
+		struct agent_host *m = &p->hosts[i];
+		if (m->device_up)
+			device_destroy(&m->agent.dev);
+		if (m->dp != NULL)
+			dp_stop(m->dp);
+	}
 }
 
 int main(int argc, char **argv)
@@ -211,6 +367,7 @@ int main(int argc, char **argv)
 	    {"control-listen", required_argument, NULL, 'L'},
 	    {"advertise-host", required_argument, NULL, 'A'},
 	    {"host-index", required_argument, NULL, 'i'},
+	    {"hosts", required_argument, NULL, 'H'},
 	    {"backing", required_argument, NULL, 'b'},
 	    {"heartbeat-ms", required_argument, NULL, 'B'},
 	    {"cpus", required_argument, NULL, 'C'},
@@ -219,18 +376,17 @@ int main(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
 	};
-	static struct agent_main m;
+	static struct agent_process p;
 	const char *coordinator = "tcp://127.0.0.1:7460", *data_listen = "tcp://127.0.0.1:0";
 	const char *control_listen = "tcp://127.0.0.1:0", *advertise_host = NULL;
-	int heartbeat_ms = 1000;
+	int heartbeat_ms = 1000, first_index = -1, index_count = 0, count = 0;
 	const char *cpus = NULL;
 	struct daemon_trust trust = {0};
 	enum log_level level = LOG_INFO;
-	m.backing = "host";
-	m.requested_index = -1;
+	p.backing = "host";
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	m.agent_epoch = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid();
+	p.epoch = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid();
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -247,12 +403,24 @@ int main(int argc, char **argv)
 			advertise_host = optarg;
 			break;
 		case 'i':
-			m.requested_index = atoi(optarg);
+			if (parse_host_index(optarg, &first_index, &index_count) != 0) {
+				fprintf(stderr,
+				        "podemu-agent: --host-index must be N or A-B, not %s\n",
+				        optarg);
+				return 2;
+			}
+			break;
+		case 'H':
+			count = atoi(optarg);
+			if (count < 1 || count > AGENT_MAX_HOSTS) {
+				fprintf(stderr, "podemu-agent: --hosts must be in [1, %d]\n",
+				        AGENT_MAX_HOSTS);
+				return 2;
+			}
 			break;
 		case 'b':
-			m.backing = optarg;
+			p.backing = optarg;
 			break;
-
 		case 'B':
 			heartbeat_ms = atoi(optarg);
 			break;
@@ -272,6 +440,16 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (index_count > 1 && count != 0 && count != index_count) {
+		fprintf(stderr, "podemu-agent: --host-index names %d hosts, --hosts %d\n",
+		        index_count, count);
+		return 2;
+	}
+	p.num_hosts = count != 0 ? count : index_count > 0 ? index_count : 1;
+	if (p.num_hosts > AGENT_MAX_HOSTS) {
+		fprintf(stderr, "podemu-agent: at most %d hosts per process\n", AGENT_MAX_HOSTS);
+		return 2;
+	}
 	if (cpus != NULL) {
 		/* Before any thread starts: nng's, the cores' and the server's inherit it. */
 		cpu_set_t set;
@@ -285,7 +463,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (strcmp(m.backing, "host") != 0 && strcmp(m.backing, "none") != 0) {
+	if (strcmp(p.backing, "host") != 0 && strcmp(p.backing, "none") != 0) {
 		fprintf(stderr, "podemu-agent: --backing must be host or none\n");
 		return 2;
 	}
@@ -314,69 +492,60 @@ int main(int argc, char **argv)
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 2;
 	}
-
-	char bound[256];
-	struct dataplane *dp;
-	const struct dp_handlers handlers = {agent_deliver, agent_place, agent_unplace, &m.agent};
-	if (dp_start(&dp, data_listen, bound, &handlers, &st) != ST_OK) {
-		fprintf(stderr, "podemu-agent: %s\n", st.message);
+	p.hosts = calloc((size_t)p.num_hosts, sizeof(*p.hosts));
+	if (p.hosts == NULL) {
+		fprintf(stderr, "podemu-agent: out of memory\n");
 		return 1;
 	}
-	dp_set_token(dp, token);
-	advertise(m.data_url, bound, advertise_host);
-	struct rpc_server *server;
-	if (rpc_server_start(&server, control_listen, &podemu__agent__descriptor, agent_handlers,
-	                     &m.agent, 4, token, bound, &st) != ST_OK) {
+	for (int i = 0; i < p.num_hosts; i++) {
+		struct agent_host *m = &p.hosts[i];
+		m->proc = &p;
+		m->requested_index = first_index >= 0 ? first_index + i : -1;
+		m->agent_epoch = p.epoch + (uint64_t)i;
+		if (start_host(&p, i, data_listen, control_listen, advertise_host, token, &st) !=
+		    ST_OK) {
+			fprintf(stderr, "podemu-agent: %s\n", st.message);
+			stop_hosts(&p);
+			return 1;
+		}
+	}
+	if (rpc_client_open(&p.coordinator, coordinator, true, &st) != ST_OK) {
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
-		dp_stop(dp);
+		stop_hosts(&p);
 		return 1;
 	}
-	advertise(m.control_url, bound, advertise_host);
-	if (rpc_client_open(&m.coordinator, coordinator, true, &st) != ST_OK) {
-		fprintf(stderr, "podemu-agent: %s\n", st.message);
-		rpc_server_stop(server);
-		dp_stop(dp);
-		return 1;
-	}
-	rpc_client_set_token(m.coordinator, token);
+	rpc_client_set_token(p.coordinator, token);
+	if (p.num_hosts == 1)
+		log_info("data plane %s, control %s, coordinator %s, backing %s",
+		         p.hosts[0].data_url, p.hosts[0].control_url, coordinator, p.backing);
+	else
+		log_info("%d hosts: data planes %s.., controls %s.., coordinator %s, backing %s",
+		         p.num_hosts, p.hosts[0].data_url, p.hosts[0].control_url, coordinator,
+		         p.backing);
 
-	m.dp = dp;
-	log_info("data plane %s, control %s, coordinator %s, backing %s", m.data_url, m.control_url,
-	         coordinator, m.backing);
-
-	m.base = event_base_new();
-	struct event *sigint = evsignal_new(m.base, SIGINT, on_signal, &m);
-	struct event *sigterm = evsignal_new(m.base, SIGTERM, on_signal, &m);
-	struct event *timer = event_new(m.base, -1, EV_PERSIST, on_timer, &m);
+	p.base = event_base_new();
+	struct event *sigint = evsignal_new(p.base, SIGINT, on_signal, &p);
+	struct event *sigterm = evsignal_new(p.base, SIGTERM, on_signal, &p);
+	struct event *timer = event_new(p.base, -1, EV_PERSIST, on_timer, &p);
 	struct timeval tick = {heartbeat_ms / 1000, (heartbeat_ms % 1000) * 1000};
-	struct event *idle = event_new(m.base, -1, EV_PERSIST, on_idle_timer, &m);
+	struct event *idle = event_new(p.base, -1, EV_PERSIST, on_idle_timer, &p);
 	struct timeval idle_tick = {0, IDLE_RETURN_MS / 2 * 1000};
 	evsignal_add(sigint, NULL);
 	evsignal_add(sigterm, NULL);
 	event_add(timer, &tick);
 	event_add(idle, &idle_tick);
-	try_register(&m);
-	event_base_dispatch(m.base);
+	for (int i = 0; i < p.num_hosts; i++)
+		try_register(&p.hosts[i]);
+	event_base_dispatch(p.base);
 
-	m.agent.ready = false;
 	event_free(idle);
 	event_free(timer);
 	event_free(sigterm);
 	event_free(sigint);
-	event_base_free(m.base);
-	/*
-	 * A step in flight is aborted first: its cores stop waiting in collectives, and the
-	 * request that runs it returns, so the server's workers can be joined.
-	 */
-	if (m.device_up)
-		device_abort(&m.agent.dev, 0, ST_UNAVAILABLE, "the agent is stopping", NULL, NULL);
-	rpc_server_stop(server);
-	/* No chunk arrives once the data plane is shut, but cores still see it until joined. */
-	dp_shutdown(dp);
-	if (m.device_up)
-		device_destroy(&m.agent.dev);
-	dp_stop(dp);
-	rpc_client_close(m.coordinator);
+	event_base_free(p.base);
+	stop_hosts(&p);
+	rpc_client_close(p.coordinator);
+	free(p.hosts);
 	log_info("stopped");
 	return 0;
 }

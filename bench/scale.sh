@@ -5,6 +5,8 @@
 #
 #   bench/scale.sh [BIN_DIR] [TOPOLOGY...]     (default: build/bin, v3-128 v4-256 v4-512 v4-1024)
 #
+# PODEMU_UP_ARGS adds `podemu up` options (e.g. --hosts-per-agent 1 for one process per host).
+#
 # Each pod runs in a temporary state directory and is stopped before the next one starts.
 set -u
 bin=${1:-build/bin}
@@ -16,11 +18,13 @@ trap '"$bin/podemu" down --state-dir "$state" >/dev/null 2>&1 || true; rm -rf "$
 
 now() { date +%s.%N; }
 
-# Resident KiB of the pod's processes (their pid files), summed.
+# The pod's processes (an agent process with several hosts has a pid file for each).
+pod_pids() { cat "$state"/*.pid 2>/dev/null | sort -u; }
+
+# Resident KiB of the pod's processes, summed.
 pod_rss_kib() {
 	local total=0 pid kib
-	for f in "$state"/*.pid; do
-		pid=$(cat "$f" 2>/dev/null) || continue
+	for pid in $(pod_pids); do
 		kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || continue
 		total=$((total + ${kib:-0}))
 	done
@@ -30,8 +34,9 @@ pod_rss_kib() {
 printf '%-10s %6s %9s %8s %8s %10s  %s\n' topology world processes up_s demo_s rss_mib result
 for t in "${topologies[@]}"; do
 	t0=$(now)
+	# shellcheck disable=SC2086
 	if ! "$bin/podemu" up --state-dir "$state" --topology "$t" --backing none --port 0 \
-		--timeout-ms 600000 >"$state/up.out" 2>&1; then
+		--timeout-ms 600000 ${PODEMU_UP_ARGS:-} >"$state/up.out" 2>&1; then
 		printf '%-10s %6s %9s %8s %8s %10s  %s\n' "$t" - - - - - \
 			"up failed: $(tail -1 "$state/up.out")"
 		"$bin/podemu" down --state-dir "$state" >/dev/null 2>&1
@@ -39,7 +44,7 @@ for t in "${topologies[@]}"; do
 	fi
 	t1=$(now)
 	rss=$(pod_rss_kib)
-	processes=$(ls "$state"/*.pid 2>/dev/null | wc -l)
+	processes=$(pod_pids | wc -l)
 	if "$bin/podemu" demo --state-dir "$state" --json >"$state/demo.json" 2>"$state/demo.err"; then
 		result=$(python3 - "$state/demo.json" <<'PY'
 import json, sys

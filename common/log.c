@@ -14,6 +14,11 @@ void log_init(const char *role, enum log_level level)
 	log_min = level;
 }
 
+enum log_level log_level(void)
+{
+	return log_min;
+}
+
 void log_msg(enum log_level level, const char *fmt, ...)
 {
 	static const char *const names[] = {"debug", "info", "warn", "error"};

@@ -6,6 +6,7 @@ enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
 /* Sets the role printed on every line ("coordinator", "agent-3") and the lowest level shown. */
 void log_init(const char *role, enum log_level level);
+enum log_level log_level(void); /* the level log_init set */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)

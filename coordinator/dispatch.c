@@ -217,7 +217,7 @@ static void watch_session_ended(struct step_watch *w)
 static bool watch_tick(struct step_watch *w)
 {
 	struct registry *reg = &w->co->reg;
-	int hosts = reg->topo.num_hosts, cph = reg->topo.cores_per_host;
+	int hosts = reg->topo.num_hosts;
 	pthread_mutex_lock(&w->lock);
 	if (w->timed_out >= 0) {
 		bool answered[hosts];
@@ -237,6 +237,12 @@ static bool watch_tick(struct step_watch *w)
 			lost = h;
 			restarted = reg->hosts[h].alive;
 		}
+	/* Every host of the lost one's agent process is gone with it (they share one heartbeat). */
+	bool gone[hosts > 0 ? hosts : 1];
+	char who[256] = "";
+	memset(gone, 0, sizeof(gone));
+	if (lost >= 0)
+		registry_name_process_locked(reg, lost, gone, who, sizeof(who));
 	pthread_mutex_unlock(&reg->lock);
 	if (w->session_ended) {
 		watch_session_ended(w);
@@ -250,18 +256,19 @@ static bool watch_tick(struct step_watch *w)
 	if (w->step_id != 0)
 		snprintf(step, sizeof(step), "; step %llu cannot complete",
 		         (unsigned long long)w->step_id);
+	bool many = strncmp(who, "hosts", 5) == 0;
 	if (restarted)
-		snprintf(reason, sizeof(reason), "host %d (cores %d..%d) restarted%s", lost,
-		         lost * cph, (lost + 1) * cph - 1, step);
+		snprintf(reason, sizeof(reason), "%s restarted%s", who, step);
 	else
-		snprintf(reason, sizeof(reason),
-		         "host %d (cores %d..%d) is lost: no heartbeat within %d ms%s", lost,
-		         lost * cph, (lost + 1) * cph - 1, reg->heartbeat_timeout_ms, step);
+		snprintf(reason, sizeof(reason), "%s %s lost: no heartbeat within %d ms%s", who,
+		         many ? "are" : "is", reg->heartbeat_timeout_ms, step);
 	log_warn("%s", reason);
-	rpc_cancel_fire(&w->cancels[lost], reason);
-	/* The survivors stop waiting for the lost host's data and report why. */
+	for (int h = 0; h < hosts; h++)
+		if (gone[h] && w->requests[h] != NULL)
+			rpc_cancel_fire(&w->cancels[h], reason);
+	/* The survivors stop waiting for the lost hosts' data and report why. */
 	for (int h = 0; h < hosts && w->step_id != 0; h++) {
-		if (h == lost)
+		if (gone[h])
 			continue;
 		abort_on_host(w, h, ST_UNAVAILABLE, reason, NULL);
 	}

@@ -81,7 +81,8 @@ static void write_metrics(FILE *f, struct coordinator *co, const Podemu__PodStat
 	for (size_t h = 0; h < ps->n_hosts; h++)
 		fprintf(f, "podemu_host_up{topology=\"%s\",host=\"%d\"} %d\n", ps->topology,
 		        ps->hosts[h]->index, ps->hosts[h]->alive ? 1 : 0);
-	fprintf(f, "# HELP podemu_host_resident_memory_bytes Resident memory of the host's agent.\n"
+	fprintf(f, "# HELP podemu_host_resident_memory_bytes Resident memory of the agent process "
+	           "serving the host (its other hosts report the same).\n"
 	           "# TYPE podemu_host_resident_memory_bytes gauge\n");
 	for (size_t h = 0; h < ps->n_hosts; h++)
 		fprintf(f, "podemu_host_resident_memory_bytes{topology=\"%s\",host=\"%d\"} %lld\n",

@@ -59,10 +59,12 @@ static bool url_ok(const char *url)
 	return n > 6 && n < URL_MAX && strstr(url, "://") != NULL;
 }
 
-int registry_register(struct registry *r, int requested, const char *control_url,
-                      const char *data_url, const char *backing, int pid, uint64_t agent_epoch,
-                      int *host_index, uint64_t *incarnation, struct status *st)
+int registry_register(struct registry *r, const struct host_claim *c, int *host_index,
+                      uint64_t *incarnation, struct status *st)
 {
+	int requested = c->requested, pid = c->pid;
+	const char *control_url = c->control_url, *data_url = c->data_url, *backing = c->backing;
+	uint64_t agent_epoch = c->agent_epoch;
 	if (!url_ok(control_url) || !url_ok(data_url))
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "register: control and data URLs must be scheme://address "
@@ -151,6 +153,7 @@ int registry_register(struct registry *r, int requested, const char *control_url
 	h->registered = true;
 	h->alive = true;
 	h->pid = pid;
+	h->process_epoch = c->process_epoch != 0 ? c->process_epoch : agent_epoch;
 	h->incarnation = ++r->next_incarnation;
 	h->last_heartbeat_ms = registry_now_ms();
 	snprintf(h->control_url, sizeof(h->control_url), "%s", control_url);
@@ -214,4 +217,49 @@ bool registry_ready_locked(struct registry *r, struct status *st)
 	           "pod %s is not ready: %d of %d hosts registered, %d alive (host %d missing)",
 	           r->topo.name, registered, r->topo.num_hosts, alive, first_missing);
 	return false;
+}
+
+/* Appends "a..b" (or "a") for each run of set flags, comma-separated, each value times scale. */
+static void append_runs(char *out, size_t len, const bool *set, int n, int scale, int last_add)
+{
+	bool first = true;
+	for (int i = 0; i < n; i++) {
+		if (!set[i])
+			continue;
+		int j = i;
+		while (j + 1 < n && set[j + 1])
+			j++;
+		size_t used = strlen(out);
+		if (used + 1 >= len)
+			return;
+		int lo = i * scale, hi = j * scale + last_add;
+		if (lo == hi)
+			snprintf(out + used, len - used, "%s%d", first ? "" : ",", lo);
+		else
+			snprintf(out + used, len - used, "%s%d..%d", first ? "" : ",", lo, hi);
+		first = false;
+		i = j;
+	}
+}
+
+void registry_name_process_locked(const struct registry *r, int host, bool *same, char *out,
+                                  size_t len)
+{
+	int n = r->topo.num_hosts, cph = r->topo.cores_per_host, count = 0;
+	const struct host *lost = &r->hosts[host];
+	for (int i = 0; i < n; i++) {
+		same[i] = i == host || (r->hosts[i].registered && lost->process_epoch != 0 &&
+		                        r->hosts[i].process_epoch == lost->process_epoch);
+		count += same[i];
+	}
+	snprintf(out, len, "%s ", count > 1 ? "hosts" : "host");
+	append_runs(out, len, same, n, 1, 0);
+	size_t used = strlen(out);
+	snprintf(out + used, len - used, " (cores ");
+	append_runs(out, len, same, n, cph, cph - 1);
+	used = strlen(out);
+	if (count > 1)
+		snprintf(out + used, len - used, "; one agent process, pid %d)", lost->pid);
+	else
+		snprintf(out + used, len - used, ")");
 }

@@ -25,8 +25,9 @@ struct host {
 	char backing[8];
 	int pid;
 	uint64_t incarnation;
-	uint64_t agent_epoch;
-	uint64_t data_floor; /* handles below this were created before the agent (re)started */
+	uint64_t agent_epoch;   /* this start of the host */
+	uint64_t process_epoch; /* the agent process serving it (several hosts may share one) */
+	uint64_t data_floor;    /* handles below this were created before the agent (re)started */
 	int64_t last_heartbeat_ms;
 	bool alive;
 	struct rpc_client *client;
@@ -95,21 +96,35 @@ int registry_init(struct registry *r, const struct topology *topo, int heartbeat
 void registry_destroy(struct registry *r);
 
 /*
- * Registers an agent (lock taken inside). requested is a host index or -1 for the lowest free
- * one; an index that is already registered is taken over (the agent restarted). The same
- * process (agent_epoch and control URL) registering again keeps its place, incarnation and
+ * Registers a host of an agent process (lock taken inside). c->requested is a host index or -1
+ * for the lowest free one; an index that is already registered is taken over (the agent restarted).
+ * The same process (agent_epoch and control URL) registering again keeps its place, incarnation and
  * connection. Validates the URLs and that every host uses the same backing. On success
  * *host_index and *incarnation are set.
  */
-int registry_register(struct registry *r, int requested, const char *control_url,
-                      const char *data_url, const char *backing, int pid, uint64_t agent_epoch,
-                      int *host_index, uint64_t *incarnation, struct status *st);
+struct host_claim {
+	int requested; /* a host index, or -1 for the lowest free one */
+	const char *control_url, *data_url, *backing;
+	int pid;
+	uint64_t agent_epoch;   /* new with every start of the host */
+	uint64_t process_epoch; /* the agent process (0: agent_epoch) */
+};
+
+int registry_register(struct registry *r, const struct host_claim *c, int *host_index,
+                      uint64_t *incarnation, struct status *st);
 
 /* Records a heartbeat; returns false when the host or incarnation is unknown. */
 bool registry_heartbeat(struct registry *r, int host_index, uint64_t incarnation);
 
 /* Marks hosts whose lease expired as not alive. Lock taken inside. */
 void registry_expire(struct registry *r);
+
+/*
+ * Names host and every host its agent process serves (same[i] set for each), as "host 3 (cores
+ * 12..15)" or "hosts 0..15 (cores 0..63; one agent process, pid 1234)". Lock held.
+ */
+void registry_name_process_locked(const struct registry *r, int host, bool *same, char *out,
+                                  size_t len);
 
 /* True when every host is registered and alive; otherwise st says what is missing. Lock held. */
 bool registry_ready_locked(struct registry *r, struct status *st);

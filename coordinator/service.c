@@ -52,9 +52,10 @@ static int h_register(void *state, struct arena *a, const void *request, void *r
 	Podemu__RegisterReply *rep = reply;
 	int index;
 	uint64_t incarnation;
-	int rv =
-	    registry_register(&co->reg, req->requested_host_index, req->control_url, req->data_url,
-	                      req->backing, req->pid, req->agent_epoch, &index, &incarnation, st);
+	const struct host_claim claim = {
+	    req->requested_host_index, req->control_url,  req->data_url, req->backing, req->pid,
+	    req->agent_epoch,          req->process_epoch};
+	int rv = registry_register(&co->reg, &claim, &index, &incarnation, st);
 	if (rv != ST_OK)
 		return rv;
 	rep->host_index = index;
@@ -74,7 +75,24 @@ static int h_heartbeat(void *state, struct arena *a, const void *request, void *
 	struct coordinator *co = state;
 	const Podemu__HeartbeatRequest *req = request;
 	Podemu__HeartbeatReply *rep = reply;
-	rep->known = registry_heartbeat(&co->reg, req->host_index, req->incarnation);
+	if (req->n_hosts == 0) {
+		rep->known = registry_heartbeat(&co->reg, req->host_index, req->incarnation);
+		return ST_OK;
+	}
+	/* One agent process for all its hosts; those the registry does not know register again. */
+	if (req->n_hosts > (size_t)co->reg.topo.num_hosts)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "heartbeat: %zu hosts named; the pod has %d", req->n_hosts,
+		                  co->reg.topo.num_hosts);
+	rep->unknown_hosts = arena_calloc(a, req->n_hosts, sizeof(*rep->unknown_hosts));
+	if (rep->unknown_hosts == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < req->n_hosts; i++) {
+		const Podemu__HostLease *l = req->hosts[i];
+		if (l != NULL && !registry_heartbeat(&co->reg, l->host_index, l->incarnation))
+			rep->unknown_hosts[rep->n_unknown_hosts++] = l->host_index;
+	}
+	rep->known = rep->n_unknown_hosts == 0;
 	return ST_OK;
 }
 
@@ -183,6 +201,7 @@ static int h_get_status(void *state, struct arena *a, const void *request, void 
 		hi->data_url = arena_strdup(a, src->registered ? src->data_url : "");
 		hi->backing = arena_strdup(a, src->registered ? src->backing : "");
 		hi->pid = src->pid;
+		hi->process = src->registered ? src->process_epoch : 0;
 		hi->alive = src->registered && src->alive;
 		rep->hosts[rep->n_hosts++] = hi;
 	}

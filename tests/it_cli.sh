@@ -380,7 +380,7 @@ for c in d["cores"]:
 PY
 # A big pod's status: the summary first and alone (every core only with --all).
 pe status >"$state/status.txt"
-grep -q "hosts: 16 of 16 alive; 128 cores: 0B in use" "$state/status.txt" ||
+grep -Eq "hosts: 16 of 16 alive \(RSS [0-9.]+M\); 128 cores: 0B in use" "$state/status.txt" ||
 	fail "status summary: $(cat "$state/status.txt")"
 [[ $(wc -l <"$state/status.txt") -le 4 ]] || fail "status of a v3-128 is not brief"
 [[ $(pe status --all | grep -c "^ *[0-9]* *[0-9]* *0 ") -eq 128 ]] || fail "status --all"

@@ -1,8 +1,9 @@
 /*
  * Every collective against an independent host computation, on a real pod with real bytes
- * over real sockets: it_collectives HOSTS CORES starts a pod of that shape (64 KiB chunks, so
- * small tensors already span many chunks) and checks each op x dtype x reduction x group
- * layout, zero-size tensors, sizes that do not divide a chunk, and XLA's errors.
+ * over real sockets: it_collectives HOSTS CORES [HOSTS_PER_AGENT] starts a pod of that shape
+ * (64 KiB chunks, so small tensors already span many chunks; HOSTS_PER_AGENT hosts in each
+ * agent process) and checks each op x dtype x reduction x group layout, zero-size tensors,
+ * sizes that do not divide a chunk, and XLA's errors.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include "pod_fixture.h"
 
 static int hosts = 2, cores = 2, world = 4;
+static int hosts_per_agent = 1; /* hosts each agent process emulates */
 
 enum kind { AG, AR, RS, A2A };
 
@@ -480,12 +482,14 @@ static void test_rss_follows_accounted_bytes(void **state)
 	nanosleep(&idle, NULL);
 	pe_memory_info m[64];
 	assert_int_equal(pe_memory_info_all(c, m, world), PE_OK);
-	for (int h = 0; h < hosts; h++) {
+	/* Per agent process: hosts_per_agent hosts share one. */
+	for (int first = 0; first < hosts; first += hosts_per_agent) {
 		int64_t accounted = 0, rss = 0;
-		for (int k = 0; k < cores; k++)
-			accounted += m[h * cores + k].bytes_used;
+		int n = hosts - first < hosts_per_agent ? hosts - first : hosts_per_agent;
+		for (int k = 0; k < n * cores; k++)
+			accounted += m[first * cores + k].bytes_used;
 		char name[32];
-		snprintf(name, sizeof(name), "agent-%d", h);
+		snprintf(name, sizeof(name), "agent-%d", first);
 		/* A loaded machine may run the idle timer late: up to 3 s more. */
 		for (int i = 0; i < 60; i++) {
 			rss = rss_of(pod_pid(name));
@@ -494,9 +498,9 @@ static void test_rss_follows_accounted_bytes(void **state)
 			struct timespec ts = {0, 50 * 1000000};
 			nanosleep(&ts, NULL);
 		}
-		printf("host %d after the bench shapes: RSS %lld MiB, accounted %lld MiB\n", h,
-		       (long long)rss >> 20, (long long)accounted >> 20);
-		assert_true(accounted >= (int64_t)cores * (32 << 20));
+		printf("hosts %d..%d after the bench shapes: RSS %lld MiB, accounted %lld MiB\n",
+		       first, first + n - 1, (long long)rss >> 20, (long long)accounted >> 20);
+		assert_true(accounted >= (int64_t)n * cores * (32 << 20));
 		assert_true(rss >= accounted);
 		assert_true(rss <= accounted + RSS_OVERHEAD_BYTES);
 	}
@@ -597,8 +601,8 @@ static int setup(void **state)
 	char args[256];
 	snprintf(args, sizeof(args),
 	         "--hosts %d --cores-per-host %d --hbm 256M --backing host --chunk-bytes 64K "
-	         "--layout none",
-	         hosts, cores);
+	         "--layout none --hosts-per-agent %d",
+	         hosts, cores, hosts_per_agent);
 	pe_client *c = pod_start(args);
 	if (c == NULL)
 		return -1;
@@ -616,10 +620,12 @@ static int teardown(void **state)
 
 int main(int argc, char **argv)
 {
-	if (argc == 3) {
+	if (argc >= 3) {
 		hosts = atoi(argv[1]);
 		cores = atoi(argv[2]);
 	}
+	if (argc >= 4)
+		hosts_per_agent = atoi(argv[3]);
 	world = hosts * cores;
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_all_gather),

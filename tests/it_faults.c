@@ -276,10 +276,71 @@ static void test_collective_never_reached(void **state)
 	pod_stop();
 }
 
+struct stall_killer {
+	long from;
+	pid_t pid;
+	double at;
+	int killed;
+};
+
+/* Kills the agent process of hosts 2..3 once its cores stopped before the collective. */
+static void *kill_when_stalled(void *arg)
+{
+	struct stall_killer *k = arg;
+	if (pod_log_has("agent-2", k->from, "failpoint stall-before-collective")) {
+		k->at = pod_now_s();
+		k->killed = kill(k->pid, SIGKILL) == 0;
+	}
+	return NULL;
+}
+
+/*
+ * An agent process that emulates several hosts dies with all of them: the step fails with
+ * UNAVAILABLE naming every one of its hosts and cores, within the lease plus a second, and the
+ * surviving process's cores keep their memory straight. Its hosts stall before the collective
+ * (a failpoint), so the step is surely running when the process is killed.
+ */
+static void test_process_of_several_hosts_killed(void **state)
+{
+	setenv("PODEMU_FAILPOINT", "stall-before-collective", 1);
+	pe_client *c = pod_start("--hosts 4 --cores-per-host 1 --hosts-per-agent 2 --hbm 256M "
+	                         "--backing host");
+	unsetenv("PODEMU_FAILPOINT");
+	assert_non_null(c);
+	assert_true(pod_pid("agent-2") == pod_pid("agent-3"));
+	assert_true(pod_pid("agent-0") != pod_pid("agent-2"));
+	pe_memory_info before;
+	assert_int_equal(pe_memory_info_get(c, 0, &before), PE_OK);
+	struct stall_killer k = {.from = 0, .pid = pod_pid("agent-2")};
+	pthread_t t;
+	pthread_create(&t, NULL, kill_when_stalled, &k);
+	int64_t n = 1024;
+	pe_tensor *y = pe_all_reduce(pe_full(c, PE_F32, &n, 1, 1.0), PE_REDUCE_SUM, 1.0, NULL);
+	int rv = pe_mark_step(c);
+	double done = pod_now_s();
+	pthread_join(t, NULL);
+	assert_true(k.killed);
+	assert_int_equal(rv, PE_UNAVAILABLE);
+	printf("%s, %.2f s after kill -9 (lease %.0f s)\n", pe_last_error(c), done - k.at, LEASE_S);
+	assert_non_null(strstr(pe_last_error(c), "hosts 2..3 (cores 2..3; one agent process"));
+	assert_true(done - k.at < LEASE_S + 1.0 + 1.0);
+	/* The survivors freed what the failed step allocated. */
+	for (int core = 0; core < 2; core++) {
+		pe_memory_info after;
+		assert_int_equal(pe_memory_info_get(c, core, &after), PE_OK);
+		assert_int_equal(after.bytes_used, before.bytes_used);
+		assert_int_equal(after.bytes_reserved, 0);
+	}
+	pe_release(y);
+	pe_disconnect(c);
+	pod_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_peer_killed_mid_collective),
+	    cmocka_unit_test(test_process_of_several_hosts_killed),
 	    cmocka_unit_test(test_frozen_peer_fails_the_step),
 	    cmocka_unit_test(test_agent_restart_rejoins),
 	    cmocka_unit_test(test_coordinator_restart),

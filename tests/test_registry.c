@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -31,8 +32,8 @@ static int join(struct registry *r, int requested, const char *control, uint64_t
                 uint64_t *incarnation)
 {
 	struct status st;
-	return registry_register(r, requested, control, "tcp://127.0.0.1:2", "host", 42, epoch,
-	                         index, incarnation, &st);
+	const struct host_claim c = {requested, control, "tcp://127.0.0.1:2", "host", 42, epoch, 0};
+	return registry_register(r, &c, index, incarnation, &st);
 }
 
 static void test_a_lost_reply_does_not_take_a_second_place(void **state)
@@ -176,6 +177,35 @@ static void test_sessions_own_their_buffers(void **state)
 	assert_int_equal(r->num_handles, 0);
 }
 
+/* A lost host is named with every host its agent process serves, and their cores. */
+static void test_a_process_is_named_with_all_its_hosts(void **state)
+{
+	struct registry r;
+	struct topology topo;
+	struct status st;
+	assert_int_equal(topology_custom(&topo, 4, 2, 1 << 30, &st), ST_OK);
+	assert_int_equal(registry_init(&r, &topo, 1000, &st), ST_OK);
+	const uint64_t process_of[4] = {77, 77, 99, 77};
+	for (int h = 0; h < 4; h++) {
+		char control[64];
+		snprintf(control, sizeof(control), "tcp://127.0.0.1:%d", 10 + h);
+		const struct host_claim c = {h,  control,  "tcp://127.0.0.1:2", "host",
+		                             42, 1000 + h, process_of[h]};
+		int index;
+		uint64_t incarnation;
+		assert_int_equal(registry_register(&r, &c, &index, &incarnation, &st), ST_OK);
+	}
+	bool same[4];
+	char who[256];
+	registry_name_process_locked(&r, 1, same, who, sizeof(who));
+	assert_string_equal(who, "hosts 0..1,3 (cores 0..3,6..7; one agent process, pid 42)");
+	assert_true(same[0] && same[1] && !same[2] && same[3]);
+	registry_name_process_locked(&r, 2, same, who, sizeof(who));
+	assert_string_equal(who, "host 2 (cores 4..5)");
+	assert_true(!same[0] && !same[1] && same[2] && !same[3]);
+	registry_destroy(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -185,6 +215,7 @@ int main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_handle_index_agrees_with_a_list, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sessions_own_their_buffers, setup, teardown),
+	    cmocka_unit_test(test_a_process_is_named_with_all_its_hosts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,7 +30,7 @@ static void usage(FILE *f)
 	    "usage: podemu COMMAND [options]\n"
 	    "\n"
 	    "commands:\n"
-	    "  up      start a local pod (coordinator + one agent per host) and wait until ready\n"
+	    "  up      start a local pod (coordinator + agents) and wait until ready\n"
 	    "          --topology NAME | --hosts H --cores-per-host C --hbm SIZE\n"
 	    "          --backing host|none  --port N (0: any free port)  --timeout-ms N\n"
 	    "          --chunk-bytes SIZE  --collective-timeout-ms N  --heartbeat-timeout-ms N\n"
@@ -48,6 +48,8 @@ static void usage(FILE *f)
 	    "          PODEMU_TLS_CERT, PODEMU_TLS_KEY, PODEMU_TLS_CA)\n"
 	    "          --bind-to cpu|none (default cpu: with several agents, each runs on its\n"
 	    "          own CPUs, or shares one round-robin when there are fewer CPUs)\n"
+	    "          --hosts-per-agent N (hosts each agent process emulates; default 1, more\n"
+	    "          past 16 hosts per CPU)\n"
 	    "  down    stop every process of the pod\n"
 	    "  status  the pod in brief, then its hosts, sessions and cores (a big pod: only\n"
 	    "          the summary unless --all)  [--json: everything]  [--all]\n"
@@ -100,6 +102,7 @@ enum {
 	OPT_SESSION_LEASE,
 	OPT_TLS,
 	OPT_BIND_TO,
+	OPT_HOSTS_PER_AGENT,
 	OPT_HELP,
 	OPT_OP,
 	OPT_MIN_BYTES,
@@ -165,6 +168,7 @@ static int parse(struct cli *o, int argc, char **argv)
 	    {"session-lease-ms", required_argument, NULL, OPT_SESSION_LEASE},
 	    {"tls", no_argument, NULL, OPT_TLS},
 	    {"bind-to", required_argument, NULL, OPT_BIND_TO},
+	    {"hosts-per-agent", required_argument, NULL, OPT_HOSTS_PER_AGENT},
 	    {"help", no_argument, NULL, OPT_HELP},
 	    {"op", required_argument, NULL, OPT_OP},
 	    {"min-bytes", required_argument, NULL, OPT_MIN_BYTES},
@@ -263,6 +267,13 @@ static int parse(struct cli *o, int argc, char **argv)
 				return -1;
 			}
 			o->up.bind_to = optarg;
+			break;
+		case OPT_HOSTS_PER_AGENT:
+			o->up.hosts_per_agent = atoi(optarg);
+			if (o->up.hosts_per_agent < 1 || o->up.hosts_per_agent > 1024) {
+				fprintf(stderr, "podemu: --hosts-per-agent must be in [1, 1024]\n");
+				return -1;
+			}
 			break;
 		case OPT_OP:
 			o->bench.ops = optarg;

@@ -346,17 +346,28 @@ static int start_coordinator(const struct up_options *o, const struct topology *
 	return -1;
 }
 
-/* Starts host h's agent unless it runs: 1 and its pid in *pid when started, 0 when not. */
-static int start_agent(struct pod_files *pf, int h, const char *url, const char *backing,
-                       const char *cpus, pid_t *pid_out)
+/* True when host h's agent (recorded in the state directory) runs. */
+static bool agent_running(const struct pod_files *pf, int h)
 {
-	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX], index[16];
+	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/agent-%d.pid", pf->dir, h);
 	pid_t running = read_pid(path);
-	if (running > 0 && pid_is_podemu(running))
-		return 0;
+	return running > 0 && pid_is_podemu(running);
+}
+
+/*
+ * Starts one agent process for hosts first..first+count-1 (its log agent-FIRST.log, its pid in
+ * every host's agent-H.pid); 0 on success.
+ */
+static int start_agent(struct pod_files *pf, int first, int count, const char *url,
+                       const char *backing, const char *cpus, pid_t *pids)
+{
+	char exe[PATH_MAX + 32], path[PATH_MAX], log[PATH_MAX], index[32];
 	snprintf(exe, sizeof(exe), "%s/podemu-agent", pf->exe_dir);
-	snprintf(index, sizeof(index), "%d", h);
+	if (count == 1)
+		snprintf(index, sizeof(index), "%d", first);
+	else
+		snprintf(index, sizeof(index), "%d-%d", first, first + count - 1);
 	char *argv[16] = {exe,         "--coordinator", (char *)url,    "--host-index", index,
 	                  "--backing", (char *)backing, "--token-file", pf->token_file};
 	int argc = 9;
@@ -372,14 +383,68 @@ static int start_agent(struct pod_files *pf, int h, const char *url, const char 
 		argv[argc++] = (char *)cpus;
 	}
 	argv[argc] = NULL;
-	snprintf(log, sizeof(log), "%s/agent-%d.log", pf->dir, h);
+	snprintf(log, sizeof(log), "%s/agent-%d.log", pf->dir, first);
 	pid_t pid = spawn(argv, log);
-	if (pid < 0 || write_pid(path, pid) != 0) {
-		fprintf(stderr, "podemu up: cannot start %s\n", exe);
-		return -1;
+	for (int h = first; h < first + count; h++) {
+		snprintf(path, sizeof(path), "%s/agent-%d.pid", pf->dir, h);
+		if (pid < 0 || write_pid(path, pid) != 0) {
+			fprintf(stderr, "podemu up: cannot start %s\n", exe);
+			return -1;
+		}
+		pids[h] = pid;
 	}
-	*pid_out = pid;
-	return 1;
+	return 0;
+}
+
+/*
+ * Hosts per agent process when --hosts-per-agent is not given: one, unless the pod has more
+ * hosts than 16 processes per CPU, past which processes and their heartbeats starve each other
+ * (a v4-4096's 512 hosts on 2 CPUs: 16 per process).
+ */
+static int default_hosts_per_agent(int num_hosts, int cpus)
+{
+	int processes = 16 * (cpus > 0 ? cpus : 1);
+	return num_hosts <= processes ? 1 : (num_hosts + processes - 1) / processes;
+}
+
+/*
+ * Starts the agents of hosts that do not run, per agents of per consecutive hosts (a host
+ * whose process partly runs gets one of its own). Returns how many started, or -1.
+ */
+static int start_agents(struct pod_files *pf, int num_hosts, int per, const char *url,
+                        const char *backing, const char *bind_to, pid_t *pids)
+{
+	/*
+	 * Hosts do not share CPUs, agents on one machine do: each gets its own, as mpirun binds
+	 * ranks (not with one agent or one CPU).
+	 */
+	cpu_set_t allowed;
+	int groups = (num_hosts + per - 1) / per, started = 0;
+	bool bind = strcmp(bind_to, "cpu") == 0 && groups > 1 &&
+	            sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 1;
+	for (int g = 0; g < groups; g++) {
+		int first = g * per, count = per < num_hosts - first ? per : num_hosts - first;
+		int missing = 0;
+		for (int h = first; h < first + count; h++)
+			missing += !agent_running(pf, h);
+		if (missing == 0)
+			continue;
+		char cpus[1024];
+		cpu_set_t mine;
+		if (bind)
+			cpus_for_agent(&mine, &allowed, g, groups);
+		bool bound = bind && cpus_format(&mine, cpus, sizeof(cpus));
+		for (int h = first; h < first + count; h++) {
+			if (missing < count && agent_running(pf, h))
+				continue;
+			int n = missing == count ? count : 1;
+			if (start_agent(pf, h, n, url, backing, bound ? cpus : NULL, pids) != 0)
+				return -1;
+			started++;
+			h += n - 1;
+		}
+	}
+	return started;
 }
 
 /* Writes a fresh secret for the pod, readable by its owner only. */
@@ -539,28 +604,18 @@ int pod_up(const struct up_options *o)
 		fprintf(stderr, "podemu up: out of memory\n");
 		return 1;
 	}
-	/*
-	 * Hosts do not share CPUs, agents on one machine do: each gets its own, as mpirun binds
-	 * ranks (not with one agent or one CPU).
-	 */
 	cpu_set_t allowed;
-	bool bind = strcmp(o->bind_to, "cpu") == 0 && num_hosts > 1 &&
-	            sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 1;
-	for (int h = 0; h < num_hosts; h++) {
-		char cpus[1024];
-		cpu_set_t mine;
-		if (bind)
-			cpus_for_agent(&mine, &allowed, h, num_hosts);
-		bool bound = bind && cpus_format(&mine, cpus, sizeof(cpus));
-		int got = start_agent(&pf, h, url, backing, bound ? cpus : NULL, &agent_pids[h]);
-		if (got < 0) {
-			free(agent_pids);
-			if (!resume)
-				pod_down(o->state_dir);
-			return 1;
-		}
-		started += got;
+	int cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+	int per =
+	    o->hosts_per_agent > 0 ? o->hosts_per_agent : default_hosts_per_agent(num_hosts, cpus);
+	int got = start_agents(&pf, num_hosts, per, url, backing, o->bind_to, agent_pids);
+	if (got < 0) {
+		free(agent_pids);
+		if (!resume)
+			pod_down(o->state_dir);
+		return 1;
 	}
+	started += got;
 	char why[512] = "no answer";
 	progress_enable(false);
 	rv = wait_ready(url, pf.token, agent_pids, num_hosts, deadline, why, sizeof(why));
@@ -580,8 +635,10 @@ int pod_up(const struct up_options *o)
 		       o->state_dir, started, url);
 	else
 		printf(
-		    "pod %s is ready: %d hosts x %d cores, coordinator %s, backing %s, state %s\n",
-		    topo.name, topo.num_hosts, topo.cores_per_host, url, o->backing, o->state_dir);
+		    "pod %s is ready: %d hosts x %d cores (%d per agent process), coordinator %s, "
+		    "backing %s, state %s\n",
+		    topo.name, topo.num_hosts, topo.cores_per_host, per, url, o->backing,
+		    o->state_dir);
 	return 0;
 }
 

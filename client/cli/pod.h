@@ -24,6 +24,7 @@ struct up_options {
 	const char *layout;    /* tpu or none: the size each buffer is charged */
 	int tls;               /* listen on tls+tcp:// (identity from PODEMU_TLS_CERT/KEY/CA) */
 	const char *bind_to;   /* "cpu": each agent on its own CPUs (see cpus_for_agent), "none" */
+	int hosts_per_agent;   /* hosts each agent process emulates; 0: by pod size and CPUs */
 	const char *http_port; /* the coordinator serves metrics and a dashboard on loopback */
 };
 

@@ -18,10 +18,25 @@
 
 static void print_summary(const Podemu__PodStatus *ps)
 {
-	int alive = 0;
-	for (size_t i = 0; i < ps->n_hosts; i++)
-		alive += ps->hosts[i]->alive;
+	int alive = 0, processes = 0;
+	int64_t rss = 0;
+	for (size_t i = 0; i < ps->n_hosts; i++) {
+		const Podemu__HostInfo *h = ps->hosts[i];
+		alive += h->alive;
+		/* Hosts of one agent process are listed one after another and share its RSS. */
+		if (h->alive &&
+		    (i == 0 || h->process == 0 || h->process != ps->hosts[i - 1]->process)) {
+			processes++;
+			rss += h->rss_bytes;
+		}
+	}
 	printf("  hosts: %d of %d alive", alive, ps->num_hosts);
+	if (processes != alive)
+		printf(" in %d agent processes", processes);
+	if (rss > 0) {
+		char r[16];
+		printf(" (RSS %s)", status_human_bytes(r, rss));
+	}
 	if (ps->n_cores > 0) {
 		int64_t total = 0, top = -1;
 		size_t at = 0;
