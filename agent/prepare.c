@@ -10,6 +10,7 @@
 #include "fusion.h"
 #include "graph.h"
 #include "log.h"
+#include "lower.h"
 #include "step.h"
 
 #define DEFAULT_COLLECTIVE_TIMEOUT_MS 120000
@@ -289,8 +290,15 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	for (int c = 0; c < dev->cores_per_host; c++)
 		if ((s->sched[c] = arena_calloc(s->arena, n, sizeof(**s->sched))) == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t k = 0; k < p->n_schedules; k++) {
-		const Podemu__CollectiveSchedule *cs = p->schedules[k];
+	/* This host's cores' schedules, from the collectives' parameters in the program. */
+	Podemu__CollectiveSchedule **scheds;
+	size_t n_scheds;
+	rv = lower_collectives(&scheds, &n_scheds, s->arena, p->graph, s->shapes, dev->world_size,
+	                       dev->cores_per_host, dev->host_index, p->collective_algorithm, st);
+	if (rv != ST_OK)
+		return rv;
+	for (size_t k = 0; k < n_scheds; k++) {
+		const Podemu__CollectiveSchedule *cs = scheds[k];
 		int local = device_local(dev, cs->ordinal);
 		if (local < 0 || local >= dev->cores_per_host || cs->node < 0 ||
 		    (size_t)cs->node >= n || !opcode_is_collective(s->ops[cs->node]))

@@ -3,8 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower.h"
-
 /* FNV-1a, 64 bits. */
 static uint64_t fnv1a(const uint8_t *p, size_t len)
 {
@@ -126,30 +124,6 @@ struct cache_entry *cache_store(struct program_cache *c, const uint8_t *key, siz
 	victim->arena = a;
 	victim->last_used = ++c->clock;
 	return victim;
-}
-
-int cache_lowered(struct cache_entry *entry, int num_hosts, int h, struct arena *a,
-                  const Podemu__Graph *g, const struct shape *shapes, const struct topology *t,
-                  const char *algorithm, Podemu__CollectiveSchedule ***out, size_t *n,
-                  struct status *st)
-{
-	if (entry == NULL)
-		return lower_collectives(out, n, a, g, shapes, t, h, algorithm, st);
-	if (entry->lowered == NULL &&
-	    (entry->lowered =
-	         arena_calloc(entry->arena, (size_t)num_hosts, sizeof(*entry->lowered))) == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	struct lowered *l = &entry->lowered[h];
-	if (!l->done) {
-		int rv = lower_collectives(&l->schedules, &l->n, entry->arena, g, shapes, t, h,
-		                           algorithm, st);
-		if (rv != ST_OK)
-			return rv;
-		l->done = true;
-	}
-	*out = l->schedules;
-	*n = l->n;
-	return ST_OK;
 }
 
 void cache_free(struct program_cache *c)

@@ -19,21 +19,13 @@
 
 #define PROGRAM_CACHE_ENTRIES 16
 
-/* One host's collective schedules of a program, lowered once (lower_collectives). */
-struct lowered {
-	bool done;
-	Podemu__CollectiveSchedule **schedules;
-	size_t n;
-};
-
 struct cache_entry {
-	struct arena *arena; /* owns key, compiled and lowered; NULL: empty slot */
+	struct arena *arena; /* owns key and compiled; NULL: empty slot */
 	uint64_t hash;
 	uint8_t *key;
 	size_t key_len;
 	uint64_t last_used;
 	struct compiled compiled;
-	struct lowered *lowered; /* [hosts], filled as steps run the program; NULL: none yet */
 };
 
 struct program_cache {
@@ -56,16 +48,6 @@ struct cache_entry *cache_find(struct program_cache *c, const uint8_t *key, size
  */
 struct cache_entry *cache_store(struct program_cache *c, const uint8_t *key, size_t len,
                                 uint64_t hash, const struct compiled *compiled);
-
-/*
- * Host h's collective schedules for the program of entry (NULL: not cached, lowered into a),
- * lowered the first time and kept with the program after that (from the same scheduled graph,
- * they are the same).
- */
-int cache_lowered(struct cache_entry *entry, int num_hosts, int h, struct arena *a,
-                  const Podemu__Graph *g, const struct shape *shapes, const struct topology *t,
-                  const char *algorithm, Podemu__CollectiveSchedule ***out, size_t *n,
-                  struct status *st);
 
 void cache_free(struct program_cache *c);
 

@@ -37,7 +37,7 @@ static void usage(FILE *f)
 	    "  --session-lease-ms N       a client session that renews nothing this long ends\n"
 	    "                             and its buffers are freed (default 3000)\n"
 	    "  --collective-algo NAME     force ring, bidirectional-ring, direct,\n"
-	    "                             recursive-doubling or hierarchical where it\n"
+	    "                             recursive-doubling, hierarchical or torus where it\n"
 	    "                             applies (also PODEMU_COLLECTIVE_ALGO)\n"
 	    "  --window N                 data-plane chunks in flight per peer (default 4)\n"
 	    "  --combine-threshold-bytes SIZE  merge independent all-gathers, reduce-scatters\n"
@@ -242,11 +242,12 @@ int main(int argc, char **argv)
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--window must be in [1, 64]");
 	if (rv == ST_OK && algo != NULL && algo[0] != '\0' && strcmp(algo, "ring") != 0 &&
 	    strcmp(algo, "direct") != 0 && strcmp(algo, "recursive-doubling") != 0 &&
-	    strcmp(algo, "hierarchical") != 0 && strcmp(algo, "bidirectional-ring") != 0)
+	    strcmp(algo, "hierarchical") != 0 && strcmp(algo, "bidirectional-ring") != 0 &&
+	    strcmp(algo, "torus") != 0)
 		rv = status_set(
 		    &st, ST_INVALID_ARGUMENT,
 		    "unknown collective algorithm '%s' (ring, bidirectional-ring, direct, "
-		    "recursive-doubling, hierarchical)",
+		    "recursive-doubling, hierarchical, torus)",
 		    algo);
 	if (rv == ST_OK &&
 	    (collective_timeout < 100 || heartbeat_timeout < 100 || session_lease < 100))

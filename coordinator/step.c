@@ -1,7 +1,7 @@
 /*
  * Steps: a graph checked, compiled through the compiler's one pipeline (or taken from the
- * program cache), checked against the cores' HBM, lowered to each host's collective schedules,
- * prepared and run on every agent; then what it leaves for the metrics.
+ * program cache), checked against the cores' HBM, prepared (each agent lowering its cores'
+ * collectives) and run on every agent; then what it leaves for the metrics.
  */
 #include "steps.h"
 
@@ -343,19 +343,11 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
 	if (!replies || !sts || !reqs || !failed)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* Each host gets the same program with its own cores' collective schedules, lowered the
-	 * first time the program runs and kept with it in the cache. */
-	for (int h = 0; h < hosts; h++) {
-		Podemu__Program *ph = arena_alloc(a, sizeof(*ph));
-		if (ph == NULL)
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		*ph = *prog;
-		rv = cache_lowered(entry, hosts, h, a, g, shapes, t, co->collective_algorithm,
-		                   &ph->schedules, &ph->n_schedules, st);
-		if (rv != ST_OK)
-			return rv;
-		reqs[h] = ph;
-	}
+	/* Every host gets the same program; each lowers its own cores' collectives. */
+	prog->collective_algorithm =
+	    (char *)(co->collective_algorithm ? co->collective_algorithm : "");
+	for (int h = 0; h < hosts; h++)
+		reqs[h] = prog;
 	rv = fan_call_watched(co, clients, AM_PREPARE_STEP, co->agent_timeout_ms, step_id,
 	                      req->session, reqs, a, replies, sts, st);
 	if (rv != ST_OK) {

@@ -1,7 +1,9 @@
 /*
  * Collective lowering: for every collective of a step, the algorithm (from size, groups and
- * topology, or forced) and each core's explicit schedule of phases (peer, block, copy or
- * reduce), which the agents execute without deciding anything.
+ * pod shape, or forced) and each core's explicit schedule of phases (peer, block, copy or
+ * reduce). The coordinator ships the program with the collectives' parameters (op, groups,
+ * shapes, a forced algorithm); each agent lowers them for its own cores when it prepares the
+ * step, so what crosses the wire does not grow with the world.
  */
 #ifndef PODEMU_LOWER_H
 #define PODEMU_LOWER_H
@@ -12,7 +14,6 @@
 #include "dtype.h"
 #include "podemu.pb-c.h"
 #include "status.h"
-#include "topology.h"
 
 /*
  * All-reduces up to this size, and all-gathers up to these output sizes across hosts, use
@@ -29,17 +30,24 @@
  * plain ring did as well or better).
  */
 #define LOWER_BIDIRECTIONAL_ALL_GATHER_BYTES (32 * 1024 * 1024)
+/*
+ * All-gathers across hosts in groups of more members than this go around a torus, one ring per
+ * dimension (a v4-4096's 2048 cores: 16 x 16 x 8, 37 phases instead of 2047), whatever their
+ * size: the same bytes cross, in far fewer steps.
+ */
+#define LOWER_TORUS_MEMBERS 64
 
 /*
- * Schedules of host `host`'s cores for every collective of g (shapes from graph_check).
+ * Schedules of host `host`'s cores (of cores_per_host each, world cores in all) for every
+ * collective of g (shapes from graph_check).
  * forced_algorithm is NULL/"" (choose), "ring", "bidirectional-ring" (all-gather with
- * contiguous blocks), "direct", "recursive-doubling" or "hierarchical"; an algorithm that does
- * not apply to an op is ignored for it. Results are
- * allocated from a.
+ * contiguous blocks), "direct", "recursive-doubling", "hierarchical" or "torus"; an algorithm that
+ * does not apply to an op is ignored for it. Results are allocated from a.
  */
 int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
-                      const Podemu__Graph *g, const struct shape *shapes, const struct topology *t,
-                      int host, const char *forced_algorithm, struct status *st);
+                      const Podemu__Graph *g, const struct shape *shapes, int world,
+                      int cores_per_host, int host, const char *forced_algorithm,
+                      struct status *st);
 
 /* Scratch HBM a collective reserves per core: one chunk for the reducing ones, else 0. */
 int64_t lower_scratch_bytes(const Podemu__Node *n, const struct shape *in, int64_t chunk_bytes);

@@ -412,6 +412,74 @@ static void all_gather_hierarchical(struct builder *b, const int64_t *local, int
 #undef BLOCK
 }
 
+/*
+ * The dimensions of a torus for a group of n members (as TPU chips sit in a 2-D or 3-D torus):
+ * n's prime factors packed into at most TORUS_DIMS_MAX dimensions of at most max(2, sqrt n)
+ * (16 past 256 members) each, first dimension fastest over group positions. Returns how many;
+ * fewer than 2 means no torus (a ring is the same).
+ */
+#define TORUS_DIMS_MAX 8
+static int torus_dims(int n, int *f)
+{
+	int cap = 2;
+	while (cap < 16 && cap * cap < n)
+		cap++;
+	int primes[32], np = 0;
+	for (int x = n, q = 2; x > 1 && np < 32; q++) {
+		while (x % q == 0 && np < 32) {
+			primes[np++] = q;
+			x /= q;
+		}
+		if (q * q > x && x > 1) {
+			primes[np++] = x;
+			break;
+		}
+	}
+	int k = 0;
+	for (int i = np - 1; i >= 0; i--) { /* largest first, into the smallest dimension it fits */
+		int best = -1;
+		for (int j = 0; j < k; j++)
+			if (f[j] * primes[i] <= cap && (best < 0 || f[j] < f[best]))
+				best = j;
+		if (best >= 0) {
+			f[best] *= primes[i];
+		} else {
+			if (k == TORUS_DIMS_MAX)
+				return 0;
+			f[k++] = primes[i];
+		}
+	}
+	return k;
+}
+
+/*
+ * Torus all-gather: a ring along each dimension in turn. Along dimension i a core passes on
+ * the run of blocks it gathered so far (all positions of the dimensions before i, its own in
+ * the ones after), so after f_i - 1 steps it holds the run of the next dimension. sum(f_i - 1)
+ * phases instead of n - 1, each block still crossing to every core once, written in place.
+ */
+static void all_gather_torus(struct builder *b, const int64_t *m, int n, int p, int d, const int *f,
+                             int k, const struct shape *in, const struct shape *out)
+{
+	copy_phase(b, IN, whole(b, in), split_block(b, out, d, n, p));
+	int below = 1; /* positions of the dimensions before i */
+	for (int i = 0; i < k; i++) {
+		int digit = p / below % f[i];
+		int base = p - p % (below * f[i]); /* digit i and those before it zero */
+		int next = base + MOD(digit + 1, f[i]) * below + p % below;
+		int prev = base + MOD(digit - 1, f[i]) * below + p % below;
+		for (int s = 0; s < f[i] - 1; s++)
+			exchange(
+			    b, (int)m[next], OUT,
+			    split_range(b, out, d, n, base + MOD(digit - s, f[i]) * below, below),
+			    (int)m[prev],
+			    split_range(b, out, d, n, base + MOD(digit - s - 1, f[i]) * below,
+			                below),
+			    0);
+		below *= f[i];
+	}
+}
+
 static void all_to_all(struct builder *b, const int64_t *m, int n, int p, int sd, int cd,
                        const struct shape *in, const struct shape *out)
 {
@@ -455,10 +523,12 @@ int64_t lower_scratch_bytes(const Podemu__Node *n, const struct shape *in, int64
 }
 
 static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bool layered,
-                          bool contiguous, const char *forced)
+                          bool contiguous, bool torus, const char *forced)
 {
 	int pow2 = n > 0 && (n & (n - 1)) == 0;
 	if (forced != NULL && forced[0] != '\0') {
+		if (strcmp(forced, "torus") == 0 && op == OP_ALL_GATHER && torus)
+			return "torus";
 		if (strcmp(forced, "hierarchical") == 0 &&
 		    (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) && layered)
 			return "hierarchical";
@@ -482,6 +552,8 @@ static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bo
 		    bytes * n <= (layered ? LOWER_SMALL_LAYERED_ALL_GATHER_BYTES
 		                          : LOWER_SMALL_ALL_GATHER_BYTES))
 			return "recursive-doubling";
+		if (torus && n > LOWER_TORUS_MEMBERS)
+			return "torus";
 		if (layered)
 			return "hierarchical";
 		return contiguous && bytes * n <= LOWER_BIDIRECTIONAL_ALL_GATHER_BYTES
@@ -501,10 +573,14 @@ static const char *choose(enum opcode op, int n, int64_t bytes, int one_host, bo
 }
 
 int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
-                      const Podemu__Graph *g, const struct shape *shapes, const struct topology *t,
-                      int host, const char *forced_algorithm, struct status *st)
+                      const Podemu__Graph *g, const struct shape *shapes, int world,
+                      int cores_per_host, int host, const char *forced_algorithm, struct status *st)
 {
-	int world = topology_world_size(t), cph = t->cores_per_host;
+	int cph = cores_per_host;
+	if (world <= 0 || cph <= 0 || world % cph != 0 || host < 0 || host >= world / cph)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "lower: host %d of a pod of %d cores, %d per host", host, world,
+		                  cph);
 	size_t count = 0, total = graph_total_nodes(g);
 	int *first = graph_first_ids(g, a);
 	if (first == NULL)
@@ -560,11 +636,14 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				                             &H, &lp, &h) &&
 				               L > 1 && H > 1;
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
+				int f[TORUS_DIMS_MAX], k = torus_dims(n, f);
 				algo = choose(op, n, shape_bytes(in), one_host, layered,
-				              blocks_contiguous(res, d), forced_algorithm);
+				              blocks_contiguous(res, d), k > 1, forced_algorithm);
 				bool hier = strcmp(algo, "hierarchical") == 0;
 				bool doubling = strcmp(algo, "recursive-doubling") == 0;
-				if (op == OP_ALL_GATHER && hier)
+				if (op == OP_ALL_GATHER && strcmp(algo, "torus") == 0)
+					all_gather_torus(&b, m, n, p, d, f, k, in, res);
+				else if (op == OP_ALL_GATHER && hier)
 					all_gather_hierarchical(&b, local, L, lp, across, H, h,
 					                        grid, n, d, in, res);
 				else if (op == OP_ALL_GATHER &&
