@@ -129,6 +129,13 @@ void dp_complete(struct dp_request *req, int code, const char *message);
 void dp_request_cancel(struct dp_request *req);
 
 /*
+ * Connects to each of urls that has no live stream yet, all dials at once, and keeps the
+ * streams for dp_chan_open: a step's first collectives then do not dial peer after peer. A
+ * dial that fails is left to dp_chan_open, which tries again and says why.
+ */
+void dp_connect(struct dataplane *dp, const char *const *urls, int n, int timeout_ms);
+
+/*
  * A channel to one peer: up to `window` chunks in flight, each acknowledged by the receiver.
  * notify(arg) runs on an nng thread whenever a chunk completes, so a waiting sender can go on.
  */

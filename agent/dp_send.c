@@ -230,25 +230,34 @@ static void peer_unref(struct dp_peer *p)
 		peer_free(p);
 }
 
-static int peer_dial(struct dataplane *dp, const char *url, int timeout_ms, struct dp_peer **out,
-                     struct status *st)
-{
+/* A dial under way: dial_start begins it, dial_finish waits and makes the peer. */
+struct dial {
 	nng_stream_dialer *d;
-	int rv = tls_stream_dialer_create(&d, url, st);
+	nng_aio *aio;
+};
+
+static int dial_start(struct dial *x, const char *url, int timeout_ms, struct status *st)
+{
+	int rv = tls_stream_dialer_create(&x->d, url, st);
 	if (rv != ST_OK)
 		return rv;
-	nng_aio *aio;
-	if (nng_aio_alloc(&aio, NULL, NULL) != 0) {
-		nng_stream_dialer_free(d);
+	if (nng_aio_alloc(&x->aio, NULL, NULL) != 0) {
+		nng_stream_dialer_free(x->d);
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	}
-	nng_aio_set_timeout(aio, timeout_ms);
-	nng_stream_dialer_dial(d, aio);
-	nng_aio_wait(aio);
-	int nrv = nng_aio_result(aio);
-	nng_stream *s = nrv == 0 ? nng_aio_get_output(aio, 0) : NULL;
-	nng_aio_free(aio);
-	nng_stream_dialer_free(d);
+	nng_aio_set_timeout(x->aio, timeout_ms);
+	nng_stream_dialer_dial(x->d, x->aio);
+	return ST_OK;
+}
+
+static int dial_finish(struct dial *x, struct dataplane *dp, const char *url, struct dp_peer **out,
+                       struct status *st)
+{
+	nng_aio_wait(x->aio);
+	int nrv = nng_aio_result(x->aio);
+	nng_stream *s = nrv == 0 ? nng_aio_get_output(x->aio, 0) : NULL;
+	nng_aio_free(x->aio);
+	nng_stream_dialer_free(x->d);
 	if (nrv != 0)
 		return status_set(st, nrv == NNG_ETIMEDOUT ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
 		                  "cannot connect to peer %s: %s", url, nng_strerror(nrv));
@@ -264,6 +273,54 @@ static int peer_dial(struct dataplane *dp, const char *url, int timeout_ms, stru
 	reader_read(&p->r, &p->ack, sizeof(p->ack));
 	*out = p;
 	return ST_OK;
+}
+
+/* Puts a new peer on dp's list with refs references (the list's among them). */
+static int peer_add(struct dataplane *dp, struct dp_peer *p, int refs, struct status *st)
+{
+	pthread_mutex_lock(&dp->lock);
+	dp->refs++;
+	if (dp->stopping) {
+		pthread_mutex_unlock(&dp->lock);
+		p->refs = 1;
+		peer_unref(p);
+		return status_set(st, ST_UNAVAILABLE, "the data plane of this agent stopped");
+	}
+	p->refs = refs;
+	p->next = dp->peers;
+	dp->peers = p;
+	pthread_mutex_unlock(&dp->lock);
+	return ST_OK;
+}
+
+static bool peer_listed(struct dataplane *dp, const char *url)
+{
+	bool found = false;
+	pthread_mutex_lock(&dp->lock);
+	for (struct dp_peer *p = dp->peers; p != NULL && !found; p = p->next) {
+		pthread_mutex_lock(&p->lock);
+		found = !p->failed && !p->closing && strcmp(p->url, url) == 0;
+		pthread_mutex_unlock(&p->lock);
+	}
+	pthread_mutex_unlock(&dp->lock);
+	return found;
+}
+
+void dp_connect(struct dataplane *dp, const char *const *urls, int n, int timeout_ms)
+{
+	struct dial *dials = calloc((size_t)n + 1, sizeof(*dials));
+	bool *started = calloc((size_t)n + 1, sizeof(*started));
+	struct status st;
+	for (int i = 0; dials != NULL && started != NULL && i < n; i++)
+		started[i] = !peer_listed(dp, urls[i]) &&
+		             dial_start(&dials[i], urls[i], timeout_ms, &st) == ST_OK;
+	for (int i = 0; dials != NULL && started != NULL && i < n; i++) {
+		struct dp_peer *p;
+		if (started[i] && dial_finish(&dials[i], dp, urls[i], &p, &st) == ST_OK)
+			peer_add(dp, p, 1, &st);
+	}
+	free(started);
+	free(dials);
 }
 
 /* The live stream to url (dialled on first use, and again after it broke), referenced. */
@@ -305,21 +362,14 @@ static int peer_get(struct dataplane *dp, const char *url, int timeout_ms, struc
 		return ST_OK;
 	}
 	struct dp_peer *p = NULL;
-	int rv = peer_dial(dp, url, timeout_ms, &p, st);
+	struct dial x;
+	int rv = dial_start(&x, url, timeout_ms, st);
+	if (rv == ST_OK)
+		rv = dial_finish(&x, dp, url, &p, st);
+	if (rv == ST_OK)
+		rv = peer_add(dp, p, 2, st); /* the list's and the caller's */
 	if (rv != ST_OK)
 		return rv;
-	pthread_mutex_lock(&dp->lock);
-	dp->refs++;
-	if (dp->stopping) {
-		pthread_mutex_unlock(&dp->lock);
-		p->refs = 1;
-		peer_unref(p);
-		return status_set(st, ST_UNAVAILABLE, "the data plane of this agent stopped");
-	}
-	p->refs = 2; /* the list's and the caller's */
-	p->next = dp->peers;
-	dp->peers = p;
-	pthread_mutex_unlock(&dp->lock);
 	*out = p;
 	return ST_OK;
 }

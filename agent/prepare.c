@@ -394,6 +394,35 @@ static int step_allocate(struct device *dev, struct step *s, struct status *st)
 	return ST_OK;
 }
 
+/*
+ * Connects, all at once, to the peer hosts this host's cores send to in the step (a stream is
+ * kept per peer across steps): else each core dials its peers one by one as it reaches them.
+ */
+static void connect_peers(struct device *dev, struct step *s, const Podemu__Program *prog)
+{
+	if (dev->dp == NULL)
+		return;
+	bool *want = calloc((size_t)dev->num_hosts, sizeof(bool));
+	const char **urls = calloc((size_t)dev->num_hosts, sizeof(char *));
+	int n = 0;
+	for (int c = 0; want != NULL && urls != NULL && c < dev->cores_per_host; c++)
+		for (size_t i = 0; i < s->n_total; i++) {
+			const Podemu__CollectiveSchedule *cs = s->sched[c][i];
+			for (size_t k = 0; cs != NULL && k < cs->n_phases; k++) {
+				int peer = cs->phases[k]->send_peer;
+				int h = peer >= 0 ? peer / dev->cores_per_host : -1;
+				if (h >= 0 && h != dev->host_index && !want[h]) {
+					want[h] = true;
+					urls[n++] = prog->peer_data_urls[h];
+				}
+			}
+		}
+	if (n > 0)
+		dp_connect(dev->dp, urls, n, 3000);
+	free(urls);
+	free(want);
+}
+
 int device_prepare(struct device *dev, const Podemu__Program *prog, struct status *st)
 {
 	struct step *s = NULL;
@@ -408,6 +437,7 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 		arena_free(a);
 		return rv;
 	}
+	connect_peers(dev, s, prog);
 	pthread_mutex_lock(&dev->lock);
 	if (dev->step != NULL) {
 		if (dev->step->running) {

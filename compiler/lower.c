@@ -413,17 +413,17 @@ static void all_gather_hierarchical(struct builder *b, const int64_t *local, int
 }
 
 /*
- * The dimensions of a torus for a group of n members (as TPU chips sit in a 2-D or 3-D torus):
- * n's prime factors packed into at most TORUS_DIMS_MAX dimensions of at most max(2, sqrt n)
- * (16 past 256 members) each, first dimension fastest over group positions. Returns how many;
- * fewer than 2 means no torus (a ring is the same).
+ * The dimensions of a torus for a group of n members: n's prime factors packed into dimensions
+ * of at most TORUS_DIM_SIZE members (a larger prime is a dimension of its own), first dimension
+ * fastest over group positions. Every step of a ring moves as many bytes whatever the shape, so
+ * small dimensions mean fewer steps: 2048 members are 4 x 4 x 4 x 4 x 4 x 2, 16 phases. Returns
+ * how many; fewer than 2 means no torus (a ring is the same).
  */
-#define TORUS_DIMS_MAX 8
+#define TORUS_DIMS_MAX 16
+#define TORUS_DIM_SIZE 4
 static int torus_dims(int n, int *f)
 {
-	int cap = 2;
-	while (cap < 16 && cap * cap < n)
-		cap++;
+	const int cap = TORUS_DIM_SIZE;
 	int primes[32], np = 0;
 	for (int x = n, q = 2; x > 1 && np < 32; q++) {
 		while (x % q == 0 && np < 32) {

@@ -427,7 +427,9 @@ static int cmd_demo(const struct cli *o)
 		fprintf(stderr, "podemu demo: out of memory\n");
 		return 1;
 	}
-	for (int r = 0; r < world; r++) {
+	/* A pod without bytes (--backing none) has no sums to read: null, without asking. */
+	bool bytes = strcmp(pe_backing(c), "none") != 0;
+	for (int r = 0; bytes && r < world; r++) {
 		float v;
 		int rv = pe_fetch(sum, r, &v, sizeof(v));
 		if (rv == PE_OK) {
