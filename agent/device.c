@@ -23,6 +23,7 @@ int device_init(struct device *dev, int host_index, int num_hosts, int cores_per
 	const char *failpoint = getenv("PODEMU_FAILPOINT");
 	dev->stall_before_collective =
 	    failpoint != NULL && strcmp(failpoint, "stall-before-collective") == 0;
+	dev->fail_prepare = failpoint != NULL && strcmp(failpoint, "fail-prepare") == 0;
 	dev->cores = calloc((size_t)cores_per_host, sizeof(*dev->cores));
 	if (dev->cores == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -64,6 +65,9 @@ void device_destroy(struct device *dev)
 			pthread_join(dev->cores[i].thread, NULL);
 	if (dev->step != NULL)
 		device_abort(dev, 0, ST_ABORTED, "the agent is stopping", NULL, NULL);
+	pthread_mutex_lock(&dev->lock);
+	device_drop_early(dev, "the agent is stopping");
+	pthread_mutex_unlock(&dev->lock);
 	for (int i = 0; i < dev->num_buffers; i++)
 		free(dev->buffers[i].offsets);
 	free(dev->buffers);
@@ -312,6 +316,10 @@ int device_forget_all(struct device *dev, const char *reason, int wait_ms)
 	while (dev->step != NULL &&
 	       pthread_cond_timedwait(&dev->cv, &dev->lock, &deadline) != ETIMEDOUT)
 		;
+	/* The new coordinator numbers its steps afresh. */
+	dev->done_step = 0;
+	dev->aborted_step = 0;
+	device_drop_early(dev, reason);
 	int freed = 0;
 	for (int i = dev->num_buffers - 1; i >= 0; i--) {
 		struct device_buffer *b = &dev->buffers[i];

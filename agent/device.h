@@ -64,6 +64,19 @@ struct device {
 	struct hindex index; /* handle -> buffers[] position */
 	struct step *step;   /* prepared or running */
 	struct dataplane *dp;
+	/*
+	 * A step reaches hosts at different times (ExecuteStep prepares and runs at once), so a
+	 * peer's chunks may come before this host prepared their step: they wait here (the data
+	 * plane's credit bounds them) and go to it when it is prepared; any others are refused
+	 * then.
+	 */
+	struct dp_request **early;
+	int num_early, cap_early;
+	uint64_t done_step; /* the last step that ended here: its late chunks are refused */
+	/* An abort that came before its step: the step fails when it comes. */
+	uint64_t aborted_step;
+	int aborted_code;
+	char aborted_reason[256];
 	bool stopping;
 	/* Memory freed since the cores were last idle: kept for the next step until then. */
 	bool freed_since_idle;
@@ -73,6 +86,8 @@ struct device {
 	 * before each collective until the step is aborted, as a hung kernel would.
 	 */
 	bool stall_before_collective;
+	/* PODEMU_FAILPOINT=fail-prepare: every step fails to prepare here (out of memory). */
+	bool fail_prepare;
 };
 
 /* The index on this host of core `ordinal` (outside [0, cores_per_host) when elsewhere). */
@@ -135,6 +150,10 @@ int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu
  * (allocated from a). abort drops a prepared step.
  */
 int device_prepare(struct device *dev, const Podemu__Program *prog, struct status *st);
+/* Hands the chunks that came before step s was prepared to it, refusing others. Lock held. */
+void device_adopt_early(struct device *dev, struct step *s);
+/* Refuses every chunk still waiting for its step (the agent stops). Lock held. */
+void device_drop_early(struct device *dev, const char *why);
 int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
                size_t n_release, struct arena *a, Podemu__CollectiveTiming ***timings,
                size_t *n_timings, struct status *st);

@@ -39,9 +39,62 @@ void step_destroy(struct device *dev, struct step *s)
 	device_note_activity(dev);
 	for (int c = 0; c < dev->cores_per_host; c++)
 		hbm_release_reservation(&dev->cores[c].heap);
+	dev->done_step = s->id;
 	arena_free(s->arena);
 	if (dev->step == s)
 		dev->step = NULL;
+}
+
+/* Refuses the chunks waiting for a step that is not s (NULL: all of them). Lock held. */
+static void refuse_early(struct device *dev, const struct step *s, const char *why)
+{
+	int kept = 0;
+	for (int i = 0; i < dev->num_early; i++) {
+		struct dp_request *req = dev->early[i];
+		if (s != NULL && dp_request_header(req)->step_id == s->id)
+			dev->early[kept++] = req;
+		else
+			dp_complete(req, ST_FAILED_PRECONDITION, why);
+	}
+	dev->num_early = kept;
+}
+
+void device_adopt_early(struct device *dev, struct step *s)
+{
+	refuse_early(dev, s, "its step is not the one this host prepared");
+	for (int i = 0; i < dev->num_early; i++) {
+		struct dp_request *req = dev->early[i];
+		struct status st;
+		status_clear(&st);
+		int rv = coll_enqueue_remote(dev, s, req, dp_request_header(req),
+		                             dp_request_payload(req), &st);
+		if (rv != DP_PARKED)
+			dp_complete(req, rv, st.message);
+	}
+	dev->num_early = 0;
+}
+
+void device_drop_early(struct device *dev, const char *why)
+{
+	refuse_early(dev, NULL, why);
+	free(dev->early);
+	dev->early = NULL;
+	dev->cap_early = 0;
+}
+
+/* Parks a chunk of a step not prepared here yet. Lock held. */
+static int park_early(struct device *dev, struct dp_request *req, struct status *st)
+{
+	if (dev->num_early == dev->cap_early) {
+		int cap = dev->cap_early ? dev->cap_early * 2 : 16;
+		struct dp_request **list = realloc(dev->early, (size_t)cap * sizeof(*list));
+		if (list == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		dev->early = list;
+		dev->cap_early = cap;
+	}
+	dev->early[dev->num_early++] = req;
+	return DP_PARKED;
 }
 
 int device_abort(struct device *dev, uint64_t step_id, int code, const char *reason, int *positions,
@@ -55,6 +108,14 @@ int device_abort(struct device *dev, uint64_t step_id, int code, const char *rea
 	if (s == NULL || (step_id != 0 && s->id != step_id)) {
 		rv = status_set(st, ST_NOT_FOUND, "host %d has no step %llu prepared",
 		                dev->host_index, (unsigned long long)step_id);
+		/* Its ExecuteStep may still be on the way: the step fails when it comes. */
+		if (step_id != 0 && step_id != dev->done_step) {
+			dev->aborted_step = step_id;
+			dev->aborted_code = code != ST_OK ? code : ST_ABORTED;
+			snprintf(dev->aborted_reason, sizeof(dev->aborted_reason), "%s",
+			         reason && reason[0] ? reason : "the step was aborted");
+			refuse_early(dev, s, "its step was aborted");
+		}
 	} else if (s->running) {
 		/* Every core waiting in a collective gives up with this status. */
 		if (s->cancel_code == ST_OK) {
@@ -79,11 +140,13 @@ int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
 	int rv;
-	if (s == NULL || s->id != h->step_id)
+	if (s != NULL && s->id == h->step_id)
+		rv = coll_enqueue_remote(dev, s, req, h, payload, st);
+	else if (h->step_id != dev->done_step && h->step_id != dev->aborted_step && !dev->stopping)
+		rv = park_early(dev, req, st); /* its step is on the way */
+	else
 		rv = status_set(st, ST_FAILED_PRECONDITION, "host %d has no step %llu",
 		                dev->host_index, (unsigned long long)h->step_id);
-	else
-		rv = coll_enqueue_remote(dev, s, req, h, payload, st);
 	if (s != NULL && rv != DP_PARKED)
 		coll_unplace(dev, s, req); /* refused: its receive no longer waits for it */
 	pthread_mutex_unlock(&dev->lock);

@@ -439,6 +439,20 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 	}
 	connect_peers(dev, s, prog);
 	pthread_mutex_lock(&dev->lock);
+	if (dev->fail_prepare) {
+		pthread_mutex_unlock(&dev->lock);
+		rv = status_set(st, ST_RESOURCE_EXHAUSTED,
+		                "failpoint fail-prepare: host %d cannot allocate step %llu",
+		                dev->host_index, (unsigned long long)s->id);
+		arena_free(a);
+		return rv;
+	}
+	if (s->id == dev->aborted_step) {
+		rv = status_set(st, dev->aborted_code, "%s", dev->aborted_reason);
+		pthread_mutex_unlock(&dev->lock);
+		arena_free(a);
+		return rv;
+	}
 	if (dev->step != NULL) {
 		if (dev->step->running) {
 			pthread_mutex_unlock(&dev->lock);
@@ -460,8 +474,10 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 		for (int c = 0; c < dev->cores_per_host; c++)
 			hbm_release_reservation(&dev->cores[c].heap);
 	}
-	if (rv == ST_OK)
+	if (rv == ST_OK) {
 		dev->step = s;
+		device_adopt_early(dev, s);
+	}
 	pthread_mutex_unlock(&dev->lock);
 	if (rv != ST_OK)
 		arena_free(a);

@@ -49,24 +49,25 @@ void agent_unplace(void *arg, struct dp_request *req)
 	device_unplace(&ag->dev, req);
 }
 
-static int h_prepare(void *state, struct arena *a, const void *request, void *reply,
+/* Prepares the host's part of a step and runs it at once: one round trip per step. */
+static int h_execute(void *state, struct arena *a, const void *request, void *reply,
                      struct status *st)
 {
 	struct agent *ag = state;
-	if (!ag->ready)
-		return not_ready(st);
-	return device_prepare(&ag->dev, request, st);
-}
-
-static int h_run(void *state, struct arena *a, const void *request, void *reply, struct status *st)
-{
-	struct agent *ag = state;
-	const Podemu__RunRequest *req = request;
+	const Podemu__HostStep *req = request;
 	Podemu__MemoryStatsReply *rep = reply;
 	if (!ag->ready)
 		return not_ready(st);
-	int rv = device_run(&ag->dev, req->step_id, req->release_after, req->n_release_after, a,
-	                    &rep->timings, &rep->n_timings, st);
+	if (req->program == NULL)
+		return status_set(st, ST_INVALID_ARGUMENT, "execute step: no program");
+	int rv = device_prepare(&ag->dev, req->program, st);
+	if (rv != ST_OK) {
+		struct status rst;
+		device_release(&ag->dev, req->release_after, req->n_release_after, &rst);
+		return rv;
+	}
+	rv = device_run(&ag->dev, req->program->step_id, req->release_after, req->n_release_after,
+	                a, &rep->timings, &rep->n_timings, st);
 	if (rv != ST_OK)
 		return rv;
 	return device_memory_stats(&ag->dev, a, -1, &rep->cores, &rep->n_cores, st);
@@ -163,8 +164,7 @@ static int h_memory(void *state, struct arena *a, const void *request, void *rep
 }
 
 const rpc_handler agent_handlers[AM_COUNT] = {
-    [AM_PREPARE_STEP] = h_prepare,
-    [AM_RUN_STEP] = h_run,
+    [AM_EXECUTE_STEP] = h_execute,
     [AM_ABORT_STEP] = h_abort,
     [AM_CREATE_BUFFER] = h_create_buffer,
     [AM_TRANSFER_TO_DEVICE] = h_to_device,

@@ -19,8 +19,7 @@ enum coordinator_method {
 };
 
 enum agent_method {
-	AM_PREPARE_STEP,
-	AM_RUN_STEP,
+	AM_EXECUTE_STEP,
 	AM_ABORT_STEP,
 	AM_CREATE_BUFFER,
 	AM_TRANSFER_TO_DEVICE,

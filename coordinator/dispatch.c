@@ -71,6 +71,7 @@ struct step_watch {
 	bool session_ended;
 	pthread_mutex_t lock;
 	bool *answered;         /* [host]: its call returned */
+	int failed;             /* the first host that answered another error, or -1 */
 	int timed_out;          /* the first host that answered DEADLINE_EXCEEDED, or -1 */
 	struct status deadline; /* the composed DEADLINE_EXCEEDED, once known */
 };
@@ -82,6 +83,10 @@ static void watch_answered(struct step_watch *w, int host, const struct status *
 	if (running && st->code == ST_DEADLINE_EXCEEDED && w->timed_out < 0) {
 		w->timed_out = host;
 		w->deadline = *st;
+	} else if (running && st->code != ST_OK && st->code != ST_UNAVAILABLE && w->failed < 0 &&
+	           w->timed_out < 0) {
+		/* UNAVAILABLE: a host or a link is gone, which the lease names (watch_tick). */
+		w->failed = host;
 	}
 	pthread_mutex_unlock(&w->lock);
 }
@@ -110,6 +115,21 @@ static int abort_on_host(struct step_watch *w, int h, int code, const char *reas
 		    rv == ST_OK && rep->n_core_node == (size_t)cph ? rep->core_node[c] : -1;
 	arena_free(a);
 	return rv;
+}
+
+/*
+ * A host failed the step (its cores could not allocate, a kernel failed): the others would wait
+ * for its data until the collective deadline, so they are aborted now with its reason.
+ */
+static void watch_failed(struct step_watch *w, const struct status *cause)
+{
+	int hosts = w->co->reg.topo.num_hosts;
+	char reason[STATUS_MESSAGE_MAX];
+	snprintf(reason, sizeof(reason), "host %d failed step %llu: %s", w->failed,
+	         (unsigned long long)w->step_id, cause->message);
+	for (int h = 0; h < hosts; h++)
+		if (h != w->failed && w->requests[h] != NULL && !w->answered[h])
+			abort_on_host(w, h, ST_ABORTED, reason, NULL);
 }
 
 /* Appends " a..b" or " a" ranges of the marked ordinals to out; returns how many. */
@@ -158,7 +178,7 @@ static void watch_deadline(struct step_watch *w, const bool *answered)
 			for (int c = 0; c < cph; c++)
 				computing[h * cph + c] = where[c] == -1;
 		} else if (rv != ST_NOT_FOUND) {
-			/* Frozen or gone: its RunStep will not answer either. */
+			/* Frozen or gone: its ExecuteStep will not answer either. */
 			for (int c = 0; c < cph; c++)
 				silent[h * cph + c] = true;
 			rpc_cancel_fire(&w->cancels[h], reason);
@@ -318,6 +338,7 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 	                       .step_id = step_id,
 	                       .session = session,
 	                       .answered = arena_calloc(a, (size_t)n, sizeof(bool)),
+	                       .failed = -1,
 	                       .timed_out = -1};
 	if (w.answered == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -325,7 +346,8 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 	struct fan_wait fw;
 	pthread_mutex_init(&fw.lock, NULL);
 	pthread_cond_init(&fw.cv, NULL);
-	bool running = method == AM_RUN_STEP;
+	bool running = method == AM_EXECUTE_STEP;
+	bool failure_handled = false;
 	int pending = 0;
 	for (int h = 0; h < n; h++) {
 		status_clear(&sts[h]);
@@ -356,6 +378,10 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 			watch_answered(&w, ready, &sts[ready], running);
 			if (watching && w.timed_out >= 0)
 				watching = !watch_tick(&w);
+			if (watching && w.failed >= 0 && !failure_handled) {
+				failure_handled = true;
+				watch_failed(&w, &sts[w.failed]);
+			}
 			pthread_mutex_lock(&fw.lock);
 			continue;
 		}
@@ -385,6 +411,10 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 	for (int h = 0; h < n; h++)
 		if (cancels[h].fired)
 			return status_set(st, ST_UNAVAILABLE, "%s", cancels[h].reason);
+	/* Hosts that failed on their own, not the ones aborted because of them: the lowest. */
+	for (int h = 0; w.failed >= 0 && h < n; h++)
+		if (sts[h].code != ST_OK && sts[h].code != ST_ABORTED)
+			return status_set(st, sts[h].code, "%s", sts[h].message);
 	for (int h = 0; h < n; h++)
 		if (sts[h].code != ST_OK)
 			return status_set(st, sts[h].code, "%s", sts[h].message);

@@ -1,7 +1,7 @@
 /*
  * Steps: a graph checked, compiled through the compiler's one pipeline (or taken from the
  * program cache), checked against the cores' HBM, prepared (each agent lowering its cores'
- * collectives) and run on every agent; then what it leaves for the metrics.
+ * collectives) and run on every agent in one round trip; then what it leaves for the metrics.
  */
 #include "steps.h"
 
@@ -205,9 +205,9 @@ static int mark_donors(Podemu__Graph *g, const Podemu__StepRequest *req, struct 
 }
 
 /*
- * Checks, plans and runs one step on every host: PrepareStep everywhere (all or nothing), then
- * RunStep everywhere. *ran tells whether agents got to run it (they then released
- * release_after themselves).
+ * Checks, plans and runs one step on every host in one round trip (ExecuteStep: each host
+ * prepares, all cores or none allocating, then runs; a host that fails has the others aborted).
+ * *ran tells whether agents got the step (they then released release_after themselves).
  */
 static int execute_locked(struct coordinator *co, struct arena *a, const Podemu__StepRequest *req,
                           Podemu__StepReply *rep, struct rpc_client **clients, char **data_urls,
@@ -339,46 +339,23 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 
 	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
 	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
-	const void **reqs = arena_calloc(a, (size_t)hosts, sizeof(void *));
 	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
-	if (!replies || !sts || !reqs || !failed)
+	if (!replies || !sts || !failed)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	/* Every host gets the same program; each lowers its own cores' collectives. */
 	prog->collective_algorithm =
 	    (char *)(co->collective_algorithm ? co->collective_algorithm : "");
-	for (int h = 0; h < hosts; h++)
-		reqs[h] = prog;
-	rv = fan_call_watched(co, clients, AM_PREPARE_STEP, co->agent_timeout_ms, step_id,
-	                      req->session, reqs, a, replies, sts, st);
-	if (rv != ST_OK) {
-		Podemu__AbortRequest *abort_req = arena_alloc(a, sizeof(*abort_req));
-		if (abort_req != NULL) {
-			podemu__abort_request__init(abort_req);
-			abort_req->step_id = step_id;
-			pthread_mutex_lock(&co->reg.lock);
-			for (int h = 0; h < hosts; h++)
-				reqs[h] = sts[h].code == ST_OK && co->reg.hosts[h].alive ? abort_req
-				                                                         : NULL;
-			pthread_mutex_unlock(&co->reg.lock);
-
-			struct status ast;
-			fan_call(co, clients, AM_ABORT_STEP, reqs, a, replies, sts,
-			         co->agent_timeout_ms, &ast);
-		}
-		return rv;
-	}
-
-	Podemu__RunRequest *run = arena_alloc(a, sizeof(*run));
-	if (run == NULL)
+	Podemu__HostStep *host_step = arena_alloc(a, sizeof(*host_step));
+	if (host_step == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	podemu__run_request__init(run);
-	run->step_id = step_id;
-	run->release_after = req->release_after;
-	run->n_release_after = req->n_release_after;
-	reqs = same_for_all(a, hosts, run);
+	podemu__host_step__init(host_step);
+	host_step->program = prog;
+	host_step->release_after = req->release_after;
+	host_step->n_release_after = req->n_release_after;
+	const void **reqs = same_for_all(a, hosts, host_step);
 	*ran = true;
-	rv = fan_call_watched(co, clients, AM_RUN_STEP, co->step_timeout_ms, step_id, req->session,
-	                      reqs, a, replies, sts, st);
+	rv = fan_call_watched(co, clients, AM_EXECUTE_STEP, co->step_timeout_ms, step_id,
+	                      req->session, reqs, a, replies, sts, st);
 	if (rv != ST_OK) {
 		for (int h = 0; h < hosts; h++)
 			failed[h] = sts[h].code != ST_OK;

@@ -86,6 +86,7 @@ static void test_peer_killed_mid_collective(void **state)
 	int rv = pe_mark_step(c);
 	double done = pod_now_s();
 	pthread_join(t, NULL);
+	printf("%s\n", pe_last_error(c));
 	assert_int_equal(rv, PE_UNAVAILABLE);
 	/* The coordinator's lease or the survivor's broken stream, whichever notices first. */
 	assert_non_null(strstr(pe_last_error(c), "host 1 (cores 1..1)"));
@@ -336,6 +337,48 @@ static void test_process_of_several_hosts_killed(void **state)
 	pod_stop();
 }
 
+/*
+ * A host that cannot prepare its part of the step (out of memory) fails it at once on every
+ * host, with its reason: the others, already running, do not wait for its data until the
+ * collective deadline, and give back what they allocated.
+ */
+static void test_host_that_cannot_prepare_fails_the_step_at_once(void **state)
+{
+	pe_client *c = pod_start("--hosts 2 --cores-per-host 2 --hbm 256M --backing host "
+	                         "--collective-timeout-ms 60000");
+	assert_non_null(c);
+	int64_t n = 1024;
+	pe_tensor *x = pe_full(c, PE_F32, &n, 1, 1.0);
+	assert_int_equal(pe_mark_step(c), PE_OK);
+	pe_memory_info before[4];
+	assert_int_equal(pe_memory_info_all(c, before, 4), PE_OK);
+	setenv("PODEMU_FAILPOINT", "fail-prepare", 1);
+	pid_t failing = pod_restart("agent-1", SIGTERM, "registered as host");
+	unsetenv("PODEMU_FAILPOINT");
+	assert_true(failing > 0);
+	assert_int_equal(pe_wait_ready(c, 15000), PE_OK);
+	/* x lost its shards on the restarted host: a new input. */
+	pe_release(x);
+	assert_int_equal(pe_memory_info_all(c, before, 4), PE_OK);
+	pe_tensor *y = pe_all_reduce(pe_full(c, PE_F32, &n, 1, 1.0), PE_REDUCE_SUM, 1.0, NULL);
+	double t0 = pod_now_s();
+	int rv = pe_mark_step(c);
+	double took = pod_now_s() - t0;
+	printf("%s, after %.2f s\n", pe_last_error(c), took);
+	assert_int_equal(rv, PE_RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(pe_last_error(c), "failpoint fail-prepare: host 1"));
+	assert_true(took < 10.0); /* not the 60 s collective deadline */
+	pe_memory_info after[4];
+	assert_int_equal(pe_memory_info_all(c, after, 4), PE_OK);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(after[i].bytes_used, before[i].bytes_used);
+		assert_int_equal(after[i].bytes_reserved, 0);
+	}
+	pe_release(y);
+	pe_disconnect(c);
+	pod_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -345,6 +388,7 @@ int main(void)
 	    cmocka_unit_test(test_agent_restart_rejoins),
 	    cmocka_unit_test(test_coordinator_restart),
 	    cmocka_unit_test(test_collective_never_reached),
+	    cmocka_unit_test(test_host_that_cannot_prepare_fails_the_step_at_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -110,7 +110,10 @@ int main(int argc, char **argv)
 	rel.handles = handles;
 	rel.n_handles = 2;
 	Podemu__MemoryStatsRequest mem = PODEMU__MEMORY_STATS_REQUEST__INIT;
-	Podemu__RunRequest run = PODEMU__RUN_REQUEST__INIT;
+	Podemu__HostStep host_step = PODEMU__HOST_STEP__INIT;
+	host_step.program = &prog;
+	host_step.release_after = handles;
+	host_step.n_release_after = 2;
 	Podemu__AbortRequest abort_req = PODEMU__ABORT_REQUEST__INIT;
 
 	write_frame(dir, "coordinator-register", 0, &reg);
@@ -122,8 +125,7 @@ int main(int argc, char **argv)
 	write_frame(dir, "coordinator-from-device", 6, &from);
 	write_frame(dir, "coordinator-release", 7, &rel);
 	write_frame(dir, "coordinator-memory", 8, &mem);
-	write_frame(dir, "agent-prepare", 0, &prog);
-	write_frame(dir, "agent-run", 1, &run);
-	write_frame(dir, "agent-abort", 2, &abort_req);
+	write_frame(dir, "agent-execute", 0, &host_step);
+	write_frame(dir, "agent-abort", 1, &abort_req);
 	return 0;
 }
