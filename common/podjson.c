@@ -38,8 +38,10 @@ void pod_status_json(FILE *f, const Podemu__PodStatus *ps, const char *coordinat
 		json_string(f, h->control_url);
 		fprintf(f, ", \"data_url\": ");
 		json_string(f, h->data_url);
-		fprintf(f, ", \"rss_bytes\": %lld, \"accounted_bytes\": %lld}",
-		        (long long)h->rss_bytes, (long long)h->accounted_bytes);
+		fprintf(f,
+		        ", \"rss_bytes\": %lld, \"accounted_bytes\": %lld, \"process\": \"%llx\"}",
+		        (long long)h->rss_bytes, (long long)h->accounted_bytes,
+		        (unsigned long long)h->process);
 	}
 	fprintf(f, "], \"sessions\": [");
 	for (size_t i = 0; i < ps->n_sessions; i++) {
