@@ -447,12 +447,6 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 		arena_free(a);
 		return rv;
 	}
-	if (s->id == dev->aborted_step) {
-		rv = status_set(st, dev->aborted_code, "%s", dev->aborted_reason);
-		pthread_mutex_unlock(&dev->lock);
-		arena_free(a);
-		return rv;
-	}
 	if (dev->step != NULL) {
 		if (dev->step->running) {
 			pthread_mutex_unlock(&dev->lock);
@@ -473,6 +467,17 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 		step_free_outputs(dev, s);
 		for (int c = 0; c < dev->cores_per_host; c++)
 			hbm_release_reservation(&dev->cores[c].heap);
+	}
+	if (rv == ST_OK && s->id == dev->aborted_step) {
+		/*
+		 * Aborted before it came (another host failed it). It was still prepared, so that
+		 * a host that cannot run it either says why in its own words.
+		 */
+		rv = status_set(st, dev->aborted_code, "%s", dev->aborted_reason);
+		step_free_outputs(dev, s);
+		step_destroy(dev, s);
+		pthread_mutex_unlock(&dev->lock);
+		return rv;
 	}
 	if (rv == ST_OK) {
 		dev->step = s;
