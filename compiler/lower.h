@@ -31,9 +31,10 @@
  */
 #define LOWER_BIDIRECTIONAL_ALL_GATHER_BYTES (32 * 1024 * 1024)
 /*
- * All-gathers across hosts in groups of more members than this go around a torus, one ring per
- * dimension (a v4-4096's 2048 cores: 4 x 4 x 4 x 4 x 4 x 2, 16 phases instead of 2047),
- * whatever their size: the same bytes cross, in far fewer steps.
+ * All-gathers and all-reduces (past recursive doubling's sizes) across hosts in groups of more
+ * members than this go around a torus, one ring per dimension (a v4-4096's 2048 cores: 4 x 4 x
+ * 4 x 4 x 4 x 2, 16 phases instead of 2047), whatever their size: the same bytes cross, in far
+ * fewer steps.
  */
 #define LOWER_TORUS_MEMBERS 64
 
