@@ -395,4 +395,13 @@ pe down >/dev/null
 pe up --topology v3-32 --backing none --port 0 2>"$state/up.err" >/dev/null
 if grep -q "registered" "$state/up.err"; then fail "progress through a pipe"; fi
 pe down >/dev/null
+# Several hosts per agent process: a killed process is restarted whole, with its hosts.
+pe up --hosts 4 --cores-per-host 1 --hbm 256M --hosts-per-agent 2 --port 0 >/dev/null
+[[ $(cat "$state/agent-2.pid") == $(cat "$state/agent-3.pid") &&
+	$(cat "$state/agent-0.pid") != $(cat "$state/agent-2.pid") ]] || fail "hosts per agent"
+pe status | grep -q "hosts: 4 of 4 alive in 2 agent processes" || fail "processes in status"
+kill -9 "$(cat "$state/agent-2.pid")" && gone "$(cat "$state/agent-2.pid")"
+pe up | grep -q "started the 1 missing processes" || fail "process of two hosts not restarted"
+[[ $(cat "$state/agent-2.pid") == $(cat "$state/agent-3.pid") ]] || fail "restarted host by host"
+pe down >/dev/null
 echo "it_cli: all checks passed"

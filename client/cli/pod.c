@@ -210,6 +210,8 @@ static void read_line(const char *path, char *out, size_t len)
  * backing on the first line, then the coordinator's options, one word a line.
  */
 #define POD_ARGS_FILE "pod.args"
+/* How many hosts each agent process of the pod emulates: a resumed pod keeps it. */
+#define HOSTS_PER_AGENT_FILE "hosts-per-agent"
 #define POD_ARGS_MAX 24
 
 struct pod_files {
@@ -604,10 +606,23 @@ int pod_up(const struct up_options *o)
 		fprintf(stderr, "podemu up: out of memory\n");
 		return 1;
 	}
+	/* Hosts per agent process: as asked, else as the running pod was started, else by size. */
+	char per_path[PATH_MAX], per_text[16] = "";
+	snprintf(per_path, sizeof(per_path), "%s/%s", o->state_dir, HOSTS_PER_AGENT_FILE);
+	if (resume)
+		read_line(per_path, per_text, sizeof(per_text));
 	cpu_set_t allowed;
 	int cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-	int per =
-	    o->hosts_per_agent > 0 ? o->hosts_per_agent : default_hosts_per_agent(num_hosts, cpus);
+	int per = o->hosts_per_agent > 0 ? o->hosts_per_agent : atoi(per_text);
+	if (per < 1 || per > num_hosts)
+		per = default_hosts_per_agent(num_hosts, cpus);
+	if (!resume) {
+		FILE *f = fopen(per_path, "w");
+		if (f != NULL) {
+			fprintf(f, "%d\n", per);
+			fclose(f);
+		}
+	}
 	int got = start_agents(&pf, num_hosts, per, url, backing, o->bind_to, agent_pids);
 	if (got < 0) {
 		free(agent_pids);
