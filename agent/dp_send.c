@@ -514,6 +514,14 @@ void dp_chan_wait(struct dp_chan *ch, int max_in_flight)
 	pthread_mutex_unlock(&ch->lock);
 }
 
+/* The channel's failure into st, if any; its code. ch->lock held. */
+static int chan_status_locked(const struct dp_chan *ch, struct status *st)
+{
+	if (ch->code != ST_OK)
+		status_set(st, ch->code, "%s", ch->message);
+	return ch->code;
+}
+
 int dp_chan_flush(struct dp_chan *ch, struct status *st)
 {
 	pthread_mutex_lock(&ch->lock);
@@ -531,9 +539,7 @@ int dp_chan_flush(struct dp_chan *ch, struct status *st)
 			chan_fail_locked(ch, ST_DEADLINE_EXCEEDED, why);
 		}
 	}
-	int code = ch->code;
-	if (code != ST_OK)
-		status_set(st, code, "%s", ch->message);
+	int code = chan_status_locked(ch, st);
 	pthread_mutex_unlock(&ch->lock);
 	return code;
 }
@@ -549,9 +555,7 @@ int dp_chan_in_flight(struct dp_chan *ch)
 int dp_chan_error(struct dp_chan *ch, struct status *st)
 {
 	pthread_mutex_lock(&ch->lock);
-	int code = ch->code;
-	if (code != ST_OK)
-		status_set(st, code, "%s", ch->message);
+	int code = chan_status_locked(ch, st);
 	pthread_mutex_unlock(&ch->lock);
 	return code;
 }

@@ -261,8 +261,7 @@ static bool watch_tick(struct step_watch *w)
 	bool gone[hosts > 0 ? hosts : 1];
 	char who[256] = "";
 	memset(gone, 0, sizeof(gone));
-	if (lost >= 0)
-		registry_name_process_locked(reg, lost, gone, who, sizeof(who));
+	int named = lost >= 0 ? registry_name_process_locked(reg, lost, gone, who, sizeof(who)) : 0;
 	pthread_mutex_unlock(&reg->lock);
 	if (w->session_ended) {
 		watch_session_ended(w);
@@ -276,12 +275,11 @@ static bool watch_tick(struct step_watch *w)
 	if (w->step_id != 0)
 		snprintf(step, sizeof(step), "; step %llu cannot complete",
 		         (unsigned long long)w->step_id);
-	bool many = strncmp(who, "hosts", 5) == 0;
 	if (restarted)
 		snprintf(reason, sizeof(reason), "%s restarted%s", who, step);
 	else
 		snprintf(reason, sizeof(reason), "%s %s lost: no heartbeat within %d ms%s", who,
-		         many ? "are" : "is", reg->heartbeat_timeout_ms, step);
+		         named > 1 ? "are" : "is", reg->heartbeat_timeout_ms, step);
 	log_warn("%s", reason);
 	for (int h = 0; h < hosts; h++)
 		if (gone[h] && w->requests[h] != NULL)

@@ -242,8 +242,8 @@ static void append_runs(char *out, size_t len, const bool *set, int n, int scale
 	}
 }
 
-void registry_name_process_locked(const struct registry *r, int host, bool *same, char *out,
-                                  size_t len)
+int registry_name_process_locked(const struct registry *r, int host, bool *same, char *out,
+                                 size_t len)
 {
 	int n = r->topo.num_hosts, cph = r->topo.cores_per_host, count = 0;
 	const struct host *lost = &r->hosts[host];
@@ -262,4 +262,5 @@ void registry_name_process_locked(const struct registry *r, int host, bool *same
 		snprintf(out + used, len - used, "; one agent process, pid %d)", lost->pid);
 	else
 		snprintf(out + used, len - used, ")");
+	return count;
 }

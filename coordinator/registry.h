@@ -121,10 +121,11 @@ void registry_expire(struct registry *r);
 
 /*
  * Names host and every host its agent process serves (same[i] set for each), as "host 3 (cores
- * 12..15)" or "hosts 0..15 (cores 0..63; one agent process, pid 1234)". Lock held.
+ * 12..15)" or "hosts 0..15 (cores 0..63; one agent process, pid 1234)"; returns how many
+ * hosts that names. Lock held.
  */
-void registry_name_process_locked(const struct registry *r, int host, bool *same, char *out,
-                                  size_t len);
+int registry_name_process_locked(const struct registry *r, int host, bool *same, char *out,
+                                 size_t len);
 
 /* True when every host is registered and alive; otherwise st says what is missing. Lock held. */
 bool registry_ready_locked(struct registry *r, struct status *st);

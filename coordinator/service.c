@@ -75,10 +75,6 @@ static int h_heartbeat(void *state, struct arena *a, const void *request, void *
 	struct coordinator *co = state;
 	const Podemu__HeartbeatRequest *req = request;
 	Podemu__HeartbeatReply *rep = reply;
-	if (req->n_hosts == 0) {
-		rep->known = registry_heartbeat(&co->reg, req->host_index, req->incarnation);
-		return ST_OK;
-	}
 	/* One agent process for all its hosts; those the registry does not know register again. */
 	if (req->n_hosts > (size_t)co->reg.topo.num_hosts)
 		return status_set(st, ST_INVALID_ARGUMENT,

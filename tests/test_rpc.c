@@ -20,12 +20,15 @@ static int h_heartbeat(void *state, struct arena *a, const void *request, void *
 {
 	const Podemu__HeartbeatRequest *req = request;
 	Podemu__HeartbeatReply *rep = reply;
-	if (req->host_index < 0)
+	if (req->n_hosts != 1)
+		return status_set(st, ST_INVALID_ARGUMENT, "%zu hosts, not one", req->n_hosts);
+	const Podemu__HostLease *l = req->hosts[0];
+	if (l->host_index < 0)
 		return status_set(st, ST_INVALID_ARGUMENT, "host index %d is negative",
-		                  req->host_index);
-	if (req->host_index == 99)
+		                  l->host_index);
+	if (l->host_index == 99)
 		usleep(600 * 1000); /* slower than the caller's deadline */
-	rep->known = req->incarnation == 42;
+	rep->known = l->incarnation == 42;
 	return ST_OK;
 }
 
@@ -63,9 +66,13 @@ static int heartbeat(struct fixture *f, int host, uint64_t incarnation, int time
                      struct status *st)
 {
 	struct arena *a = arena_new();
+	Podemu__HostLease lease = PODEMU__HOST_LEASE__INIT;
+	lease.host_index = host;
+	lease.incarnation = incarnation;
+	Podemu__HostLease *leases[] = {&lease};
 	Podemu__HeartbeatRequest req = PODEMU__HEARTBEAT_REQUEST__INIT;
-	req.host_index = host;
-	req.incarnation = incarnation;
+	req.hosts = leases;
+	req.n_hosts = 1;
 	void *reply;
 	int rv = rpc_call(f->client, &podemu__coordinator__descriptor, CM_HEARTBEAT, &req, a,
 	                  &reply, timeout_ms, st);

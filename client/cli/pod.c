@@ -436,14 +436,20 @@ static int start_agents(struct pod_files *pf, int num_hosts, int per, const char
 		if (bind)
 			cpus_for_agent(&mine, &allowed, g, groups);
 		bool bound = bind && cpus_format(&mine, cpus, sizeof(cpus));
-		for (int h = first; h < first + count; h++) {
-			if (missing < count && agent_running(pf, h))
-				continue;
-			int n = missing == count ? count : 1;
-			if (start_agent(pf, h, n, url, backing, bound ? cpus : NULL, pids) != 0)
+		const char *on = bound ? cpus : NULL;
+		if (missing == count) {
+			if (start_agent(pf, first, count, url, backing, on, pids) != 0)
 				return -1;
 			started++;
-			h += n - 1;
+			continue;
+		}
+		/* Part of the group runs: each missing host gets a process of its own. */
+		for (int h = first; h < first + count; h++) {
+			if (agent_running(pf, h))
+				continue;
+			if (start_agent(pf, h, 1, url, backing, on, pids) != 0)
+				return -1;
+			started++;
 		}
 	}
 	return started;
