@@ -1,7 +1,9 @@
 /*
- * The HBM heap's bookkeeping: device buffers in a treap by offset, free gaps (above the
- * reservation) in treaps by start and by size, so that best fit, free with merging and the
- * statistics each take O(log n) whatever the number of buffers; bytes in use is a running total.
+ * The HBM heap's bookkeeping: buffers and free gaps above the reservation as segments in address
+ * order (a freed buffer finds the gaps it merges with at once), gaps by size in a treap and, once
+ * there are many, the small ones in exact-size bins under a bitmap, so that best fit, free with
+ * merging and the statistics take O(1) or O(log n) whatever the number of buffers; bytes in use
+ * is a running total.
  */
 #include "hbm.h"
 
@@ -19,48 +21,72 @@ int64_t hbm_aligned_size(int64_t size)
 	return (size + HBM_ALIGNMENT - 1) / HBM_ALIGNMENT * HBM_ALIGNMENT;
 }
 
-/* ---- Treaps over the node pool: every operation takes O(log n) expected ---- */
-
-enum tree { T_GAP_START, T_GAP_SIZE };
+/* ---- Segments: buffers and gaps in address order, over one node pool ---- */
 
 static struct hbm_node *node(const struct hbm *h, int i)
 {
 	return &h->nodes[i - 1];
 }
 
-static int slot_of(enum tree t)
+/* Room for one more node, so that what follows cannot fail; -1 when out of memory. */
+static int node_room(struct hbm *h)
 {
-	return t == T_GAP_SIZE ? 1 : 0;
+	if (h->free_node != 0 || h->num_nodes < h->cap_nodes)
+		return 0;
+	int cap = h->cap_nodes ? h->cap_nodes * 2 : 64;
+	struct hbm_node *n = realloc(h->nodes, (size_t)cap * sizeof(*n));
+	if (n == NULL)
+		return -1;
+	h->nodes = n;
+	h->cap_nodes = cap;
+	return 0;
 }
 
-/* Children for walks that only read. */
-static int left(const struct hbm *h, enum tree t, int i)
+/* A new segment [a, b) linked after prev (0: first); node_room must have succeeded. */
+static int node_new(struct hbm *h, int64_t a, int64_t b, bool gap, int prev)
 {
-	return node(h, i)->left[slot_of(t)];
+	int i = h->free_node;
+	if (i != 0)
+		h->free_node = node(h, i)->next;
+	else
+		i = ++h->num_nodes;
+	h->seed = h->seed * 1664525u + 1013904223u;
+	int next = prev != 0 ? node(h, prev)->next : h->first;
+	*node(h, i) = (struct hbm_node){
+	    .a = a, .b = b, .prev = prev, .next = next, .prio = h->seed, .gap = gap};
+	if (next != 0)
+		node(h, next)->prev = i;
+	if (prev != 0)
+		node(h, prev)->next = i;
+	else
+		h->first = i;
+	return i;
 }
 
-static int right(const struct hbm *h, enum tree t, int i)
+/* Takes segment i out of the address order; its node is free again. */
+static void node_unlink(struct hbm *h, int i)
 {
-	return node(h, i)->right[slot_of(t)];
+	struct hbm_node *n = node(h, i);
+	if (n->prev != 0)
+		node(h, n->prev)->next = n->next;
+	else
+		h->first = n->next;
+	if (n->next != 0)
+		node(h, n->next)->prev = n->prev;
+	n->next = h->free_node;
+	h->free_node = i;
 }
 
-/* Children's links, for the operations that relink them. */
-static int *left_of(struct hbm *h, enum tree t, int i)
-{
-	return &node(h, i)->left[slot_of(t)];
-}
+/* ---- Treaps of gaps: every operation takes O(log n) expected ---- */
 
-static int *right_of(struct hbm *h, enum tree t, int i)
-{
-	return &node(h, i)->right[slot_of(t)];
-}
+enum tree { T_BIG, T_BIN };
 
-/* Key order: gaps by start on a; gaps by size on size, then end from the top down. */
+/* Key order: big gaps by size, then end from the top down; a bin's (one size) by end. */
 static bool before(const struct hbm *h, enum tree t, int i, int j)
 {
 	const struct hbm_node *x = node(h, i), *y = node(h, j);
-	if (t != T_GAP_SIZE)
-		return x->a < y->a;
+	if (t == T_BIN)
+		return x->b < y->b;
 	int64_t sx = x->b - x->a, sy = y->b - y->a;
 	return sx != sy ? sx < sy : x->b > y->b; /* equal sizes: the highest first */
 }
@@ -73,24 +99,24 @@ static void split(struct hbm *h, enum tree t, int root, int pivot, int *l, int *
 		return;
 	}
 	if (before(h, t, root, pivot)) {
-		split(h, t, *right_of(h, t, root), pivot, right_of(h, t, root), r);
+		split(h, t, node(h, root)->right, pivot, &node(h, root)->right, r);
 		*l = root;
 	} else {
-		split(h, t, *left_of(h, t, root), pivot, l, left_of(h, t, root));
+		split(h, t, node(h, root)->left, pivot, l, &node(h, root)->left);
 		*r = root;
 	}
 }
 
 /* Joins l and r, every key of l before every key of r. */
-static int merge(struct hbm *h, enum tree t, int l, int r)
+static int merge(struct hbm *h, int l, int r)
 {
 	if (l == 0 || r == 0)
 		return l ? l : r;
 	if (node(h, l)->prio > node(h, r)->prio) {
-		*right_of(h, t, l) = merge(h, t, *right_of(h, t, l), r);
+		node(h, l)->right = merge(h, node(h, l)->right, r);
 		return l;
 	}
-	*left_of(h, t, r) = merge(h, t, l, *left_of(h, t, r));
+	node(h, r)->left = merge(h, l, node(h, r)->left);
 	return r;
 }
 
@@ -99,8 +125,8 @@ static void tree_insert(struct hbm *h, enum tree t, int *root, int i)
 {
 	int *at = root;
 	while (*at != 0 && node(h, *at)->prio > node(h, i)->prio)
-		at = before(h, t, i, *at) ? left_of(h, t, *at) : right_of(h, t, *at);
-	split(h, t, *at, i, left_of(h, t, i), right_of(h, t, i));
+		at = before(h, t, i, *at) ? &node(h, *at)->left : &node(h, *at)->right;
+	split(h, t, *at, i, &node(h, i)->left, &node(h, i)->right);
 	*at = i;
 }
 
@@ -108,156 +134,179 @@ static void tree_erase(struct hbm *h, enum tree t, int *root, int i)
 {
 	int *at = root;
 	while (*at != 0 && *at != i)
-		at = before(h, t, i, *at) ? left_of(h, t, *at) : right_of(h, t, *at);
+		at = before(h, t, i, *at) ? &node(h, *at)->left : &node(h, *at)->right;
 	if (*at == i)
-		*at = merge(h, t, *left_of(h, t, i), *right_of(h, t, i));
+		*at = merge(h, node(h, i)->left, node(h, i)->right);
 }
 
-/* The node of tree t (by a) whose a equals key, or 0. */
-static int find_at(const struct hbm *h, enum tree t, int root, int64_t key)
+/* The first or last node of a tree, or 0. */
+static int end_of(const struct hbm *h, int root, bool last)
 {
-	while (root != 0 && node(h, root)->a != key)
-		root = key < node(h, root)->a ? left(h, t, root) : right(h, t, root);
+	for (int next; root != 0; root = next)
+		if ((next = last ? node(h, root)->right : node(h, root)->left) == 0)
+			break;
 	return root;
 }
 
-/* The last node of a tree, or 0. */
-static int last_of(const struct hbm *h, enum tree t, int root)
+/* ---- Gaps by size: the big treap, and exact-size bins under a bitmap ---- */
+
+/* The bin of a gap of size bytes, or -1 when it goes to the big treap (or there are no bins). */
+static int bin_of(const struct hbm *h, int64_t size)
 {
-	while (root != 0 && right(h, t, root) != 0)
-		root = right(h, t, root);
-	return root;
+	if (h->bins == NULL || size > (int64_t)HBM_BINS * HBM_ALIGNMENT)
+		return -1;
+	return (int)(size / HBM_ALIGNMENT) - 1;
+}
+
+/* The first bin from i on that holds a gap, or -1. */
+static int bin_from(const struct hbm *h, int i)
+{
+	int w = i / 64;
+	uint64_t m = h->bin_bits[w] & (~0ull << (i % 64));
+	if (m != 0)
+		return w * 64 + __builtin_ctzll(m);
+	uint64_t words = w + 1 < 64 ? h->bin_words & (~0ull << (w + 1)) : 0;
+	if (words == 0)
+		return -1;
+	w = __builtin_ctzll(words);
+	return w * 64 + __builtin_ctzll(h->bin_bits[w]);
+}
+
+/* The last bin that holds a gap, or -1. */
+static int bin_last(const struct hbm *h)
+{
+	if (h->bin_words == 0)
+		return -1;
+	int w = 63 - __builtin_clzll(h->bin_words);
+	return w * 64 + 63 - __builtin_clzll(h->bin_bits[w]);
+}
+
+/* Files gap g by its size. */
+static void gap_add(struct hbm *h, int g)
+{
+	int k = bin_of(h, node(h, g)->b - node(h, g)->a);
+	h->num_gaps++;
+	if (k < 0) {
+		tree_insert(h, T_BIG, &h->big, g);
+		return;
+	}
+	tree_insert(h, T_BIN, &h->bins[k], g);
+	h->bin_bits[k / 64] |= 1ull << (k % 64);
+	h->bin_words |= 1ull << (k / 64);
+}
+
+static void gap_remove(struct hbm *h, int g)
+{
+	int k = bin_of(h, node(h, g)->b - node(h, g)->a);
+	h->num_gaps--;
+	if (k < 0) {
+		tree_erase(h, T_BIG, &h->big, g);
+		return;
+	}
+	tree_erase(h, T_BIN, &h->bins[k], g);
+	if (h->bins[k] == 0) {
+		h->bin_bits[k / 64] &= ~(1ull << (k % 64));
+		if (h->bin_bits[k / 64] == 0)
+			h->bin_words &= ~(1ull << (k / 64));
+	}
+}
+
+/* Gap g becomes [a, b), filed again by its size. */
+static void gap_resize(struct hbm *h, int g, int64_t a, int64_t b)
+{
+	gap_remove(h, g);
+	node(h, g)->a = a;
+	node(h, g)->b = b;
+	gap_add(h, g);
 }
 
 /*
- * Best fit: the smallest gap of at least need bytes, the highest of equal ones (the first in
- * the size tree's order from need on); 0 if none.
+ * Past HBM_BINS_FROM gaps, the small ones move to their bins (a heap with few gaps, the common
+ * case of a pod's cores, has no bins); without memory for the bins all stay in the big treap,
+ * which only costs time.
+ */
+static void bins_start(struct hbm *h)
+{
+	if (h->bins != NULL || h->num_gaps < HBM_BINS_FROM ||
+	    (h->bins = calloc(HBM_BINS, sizeof(int))) == NULL)
+		return;
+	for (int g; (g = end_of(h, h->big, false)) != 0;) {
+		if (bin_of(h, node(h, g)->b - node(h, g)->a) < 0)
+			break;
+		tree_erase(h, T_BIG, &h->big, g);
+		h->num_gaps--;
+		gap_add(h, g);
+	}
+}
+
+/*
+ * Best fit: the smallest gap of at least need bytes, the highest of equal ones (a bin's last,
+ * or the first in the big treap's order from need on); 0 if none.
  */
 static int best_gap(const struct hbm *h, int64_t need)
 {
+	int k = bin_of(h, need) >= 0 ? bin_from(h, bin_of(h, need)) : -1;
+	if (k >= 0)
+		return end_of(h, h->bins[k], true);
 	int best = 0;
-	for (int at = h->gaps_by_size; at != 0;) {
+	for (int at = h->big; at != 0;) {
 		if (node(h, at)->b - node(h, at)->a >= need) {
 			best = at;
-			at = left(h, T_GAP_SIZE, at);
+			at = node(h, at)->left;
 		} else {
-			at = right(h, T_GAP_SIZE, at);
+			at = node(h, at)->right;
 		}
 	}
 	return best;
 }
 
-/* ---- Nodes ---- */
-
-static int node_new(struct hbm *h, int64_t a, int64_t b)
+static int64_t largest_gap(const struct hbm *h)
 {
-	int i = h->free_node;
-	if (i != 0) {
-		h->free_node = node(h, i)->left[0];
-	} else {
-		if (h->num_nodes == h->cap_nodes) {
-			int cap = h->cap_nodes ? h->cap_nodes * 2 : 64;
-			struct hbm_node *n = realloc(h->nodes, (size_t)cap * sizeof(*n));
-			if (n == NULL)
-				return 0;
-			h->nodes = n;
-			h->cap_nodes = cap;
-		}
-		i = ++h->num_nodes;
-	}
-	h->seed = h->seed * 1664525u + 1013904223u;
-	*node(h, i) = (struct hbm_node){.a = a, .b = b, .prio = h->seed};
-	return i;
+	int g = end_of(h, h->big, true);
+	if (g == 0 && bin_last(h) >= 0)
+		g = h->bins[bin_last(h)];
+	return g != 0 ? node(h, g)->b - node(h, g)->a : 0;
 }
 
-static void node_free(struct hbm *h, int i)
+/* Makes segment i (a buffer) free, merged with the gaps that touch it. */
+static void segment_free(struct hbm *h, int i)
 {
-	node(h, i)->left[0] = h->free_node;
-	h->free_node = i;
-}
-
-static void gap_add(struct hbm *h, int i)
-{
-	tree_insert(h, T_GAP_START, &h->gaps_by_start, i);
-	tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, i);
-}
-
-static void gap_remove(struct hbm *h, int i)
-{
-	tree_erase(h, T_GAP_START, &h->gaps_by_start, i);
-	tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, i);
-}
-
-/*
- * Makes [from, to) free, merged with the gaps that touch it. Needs at most one new node; -1
- * when there is none to have. A gap's place among the others by start never changes when it
- * grows into a neighbouring range, so only the size tree moves it.
- */
-static int free_range(struct hbm *h, int64_t from, int64_t to)
-{
-	/* No gap starts inside [from, to): the last gap before `to` is the one below, if any. */
-	int below = 0, above = 0;
-	for (int at = h->gaps_by_start; at != 0 && above == 0;) {
-		if (node(h, at)->a == to) {
-			above = at;
-			at = left(h, T_GAP_START, at);
-			/* the one below is the greatest start in the left subtree, or found already
-			 */
-			for (; at != 0; at = right(h, T_GAP_START, at))
-				below = at;
-		} else if (node(h, at)->a < to) {
-			below = at;
-			at = right(h, T_GAP_START, at);
-		} else {
-			at = left(h, T_GAP_START, at);
-		}
-	}
-	if (below != 0 && node(h, below)->b != from)
-		below = 0;
+	struct hbm_node *n = node(h, i);
+	int below = n->prev != 0 && node(h, n->prev)->gap ? n->prev : 0;
+	int above = n->next != 0 && node(h, n->next)->gap ? n->next : 0;
 	if (below == 0 && above == 0) {
-		int g = node_new(h, from, to);
-		if (g == 0)
-			return -1;
-		gap_add(h, g);
-		return 0;
+		n->gap = true;
+		gap_add(h, i);
+		bins_start(h);
+		return;
 	}
+	int64_t b = above ? node(h, above)->b : n->b;
 	if (below != 0 && above != 0) { /* the three become below */
 		gap_remove(h, above);
-		tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, below);
-		node(h, below)->b = node(h, above)->b;
-		node_free(h, above);
-		tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, below);
-		return 0;
+		node_unlink(h, above);
 	}
-	int g = below != 0 ? below : above;
-	tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, g);
 	if (below != 0)
-		node(h, g)->b = to;
+		gap_resize(h, below, node(h, below)->a, b);
 	else
-		node(h, g)->a = from;
-	tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, g);
-	return 0;
+		gap_resize(h, above, n->a, b);
+	node_unlink(h, i);
 }
 
-/* ---- Buffers: a dense array, indexed by offset ---- */
+/* ---- Buffers: their nodes, indexed by offset ---- */
 
 static int buffer_find(const struct hbm *h, int64_t offset)
 {
-	return hindex_find(&h->index, h->buffers, sizeof(h->buffers[0]), (uint64_t)offset);
+	return hindex_find(&h->index, h->nodes, sizeof(h->nodes[0]), (uint64_t)offset) + 1;
 }
 
-/* Room for one more buffer (array and index); -1 when out of memory. */
-static int buffer_room(struct hbm *h)
+static int buffer_index(struct hbm *h, int i)
 {
-	if (h->num_blocks == h->cap_blocks) {
-		int cap = h->cap_blocks ? h->cap_blocks * 2 : 64;
-		struct hbm_buffer *b = realloc(h->buffers, (size_t)cap * sizeof(*b));
-		if (b == NULL)
-			return -1;
-		h->buffers = b;
-		h->cap_blocks = cap;
-	}
-	return 0;
+	return hindex_add(&h->index, h->nodes, sizeof(h->nodes[0]), h->num_blocks + 1, i - 1);
+}
+
+static void buffer_unindex(struct hbm *h, int i)
+{
+	hindex_remove(&h->index, h->nodes, sizeof(h->nodes[0]), i - 1, i - 1);
 }
 
 /* ---- The heap ---- */
@@ -268,16 +317,18 @@ int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st)
 	h->capacity = capacity / HBM_ALIGNMENT * HBM_ALIGNMENT;
 	h->stats.bytes_limit = h->capacity;
 	h->seed = 0x9e3779b9u;
-	if (h->capacity > 0 && free_range(h, 0, h->capacity) != 0)
+	if (node_room(h) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if (h->capacity > 0)
+		gap_add(h, node_new(h, 0, h->capacity, true, 0));
 	if (backed) {
 		void *p = mmap(NULL, (size_t)h->capacity, PROT_READ | PROT_WRITE,
 		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (p == MAP_FAILED) {
-			free(h->nodes);
+			hbm_destroy(h);
 			return status_set(st, ST_RESOURCE_EXHAUSTED,
 			                  "cannot map %lld bytes of host memory for a heap",
-			                  (long long)h->capacity);
+			                  (long long)capacity);
 		}
 		h->base = p;
 	}
@@ -289,22 +340,9 @@ void hbm_destroy(struct hbm *h)
 	if (h->base != NULL)
 		munmap(h->base, (size_t)h->capacity);
 	free(h->nodes);
-	free(h->buffers);
+	free(h->bins);
 	hindex_free(&h->index);
 	memset(h, 0, sizeof(*h));
-}
-
-/* Gives back the whole pages of the gaps under root (the tree by start). */
-static void return_pages(const struct hbm *h, int root, int64_t page)
-{
-	while (root != 0) {
-		return_pages(h, left(h, T_GAP_START, root), page);
-		const struct hbm_node *g = node(h, root);
-		int64_t from = (g->a + page - 1) / page * page, to = g->b / page * page;
-		if (to > from)
-			madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
-		root = right(h, T_GAP_START, root);
-	}
 }
 
 void hbm_return_free_pages(struct hbm *h)
@@ -312,7 +350,13 @@ void hbm_return_free_pages(struct hbm *h)
 	if (h->base == NULL)
 		return;
 	h->retained = 0;
-	return_pages(h, h->gaps_by_start, sysconf(_SC_PAGESIZE));
+	int64_t page = sysconf(_SC_PAGESIZE);
+	for (int i = h->first; i != 0; i = node(h, i)->next) {
+		const struct hbm_node *g = node(h, i);
+		int64_t from = (g->a + page - 1) / page * page, to = g->b / page * page;
+		if (g->gap && to > from)
+			madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
+	}
 }
 
 /*
@@ -346,22 +390,23 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 		                  "was not possible. There are %s free.",
 		                  status_human_bytes(want, size),
 		                  status_human_bytes(free_text, h->capacity - h->used));
-	if (buffer_room(h) != 0)
+	if (node_room(h) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* The buffer's place at the top of the gap, indexed before anything changes. */
-	int k = h->num_blocks;
+	/* The buffer's place at the top of the gap, indexed before the heap changes. */
 	int64_t at = node(h, g)->b - need;
-	h->buffers[k] = (struct hbm_buffer){at, need};
-	if (hindex_add(&h->index, h->buffers, sizeof(h->buffers[0]), k + 1, k) != 0)
+	int i = g;
+	if (at > node(h, g)->a) /* what stays below it is still free */
+		i = node_new(h, at, node(h, g)->b, false, g);
+	if (buffer_index(h, i) != 0) {
+		if (i != g)
+			node_unlink(h, i);
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* What stays below it is still free (in the same place by start). */
-	if (at > node(h, g)->a) {
-		tree_erase(h, T_GAP_SIZE, &h->gaps_by_size, g);
-		node(h, g)->b = at;
-		tree_insert(h, T_GAP_SIZE, &h->gaps_by_size, g);
+	}
+	if (i != g) {
+		gap_resize(h, g, node(h, g)->a, at);
 	} else {
 		gap_remove(h, g);
-		node_free(h, g);
+		node(h, g)->gap = false;
 	}
 	h->num_blocks++;
 	h->used += need;
@@ -378,29 +423,28 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 int hbm_free(struct hbm *h, int64_t offset)
 {
 	int i = buffer_find(h, offset);
-	if (i < 0)
+	if (i == 0)
 		return ST_NOT_FOUND;
-	int64_t size = h->buffers[i].size;
-	int last = h->num_blocks - 1;
-	hindex_remove(&h->index, h->buffers, sizeof(h->buffers[0]), i, last);
-	h->buffers[i] = h->buffers[last];
+	int64_t size = node(h, i)->b - node(h, i)->a;
+	buffer_unindex(h, i);
 	h->num_blocks--;
-	free_range(h, offset, offset + size);
+	segment_free(h, i);
 	h->used -= size;
 	hbm_discard(h, size);
 	return ST_OK;
 }
 
 /*
- * The lowest buffer's offset, or the capacity: how much the reservation may take. Where no gap
- * starts just above the reservation, a buffer does (or the reservation fills the heap).
+ * How much the reservation may take: up to the lowest buffer, or the end of the heap. The
+ * lowest segment is a gap from the reservation up, or a buffer, or there is none (the
+ * reservation fills the heap).
  */
 static int64_t reservable(const struct hbm *h)
 {
-	int g = find_at(h, T_GAP_START, h->gaps_by_start, h->reserved);
-	if (g != 0)
-		return node(h, g)->b;
-	return h->num_blocks > 0 ? h->reserved : h->capacity;
+	if (h->first == 0)
+		return h->capacity;
+	const struct hbm_node *n = node(h, h->first);
+	return n->gap ? n->b : n->a;
 }
 
 int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
@@ -422,16 +466,16 @@ int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
 		                  status_human_bytes(reserved, h->reserved),
 		                  status_human_bytes(reservable_text, limit));
 	}
+	/* Releasing it cannot fail: the node it may need is had now. */
+	if (node_room(h) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	/* The bottom gap, [0, limit), gives up its first need bytes. */
-	int g = find_at(h, T_GAP_START, h->gaps_by_start, 0);
-	if (g != 0) {
+	int g = h->first;
+	if (node(h, g)->b > need) {
+		gap_resize(h, g, need, node(h, g)->b);
+	} else {
 		gap_remove(h, g);
-		if (node(h, g)->b > need) {
-			node(h, g)->a = need;
-			gap_add(h, g);
-		} else {
-			node_free(h, g);
-		}
+		node_unlink(h, g);
 	}
 	h->reserved = need;
 	h->used += need;
@@ -448,7 +492,11 @@ void hbm_release_reservation(struct hbm *h)
 		return;
 	h->reserved = 0;
 	h->used -= was;
-	free_range(h, 0, was);
+	int g = h->first;
+	if (g != 0 && node(h, g)->gap)
+		gap_resize(h, g, 0, node(h, g)->b);
+	else
+		gap_add(h, node_new(h, 0, was, true, 0));
 	hbm_discard(h, was);
 }
 
@@ -458,7 +506,5 @@ void hbm_get_stats(const struct hbm *h, struct hbm_stats *out)
 	out->bytes_in_use = h->used;
 	out->bytes_reserved = h->reserved;
 	out->bytes_reservable_limit = reservable(h);
-	int largest = last_of(h, T_GAP_SIZE, h->gaps_by_size);
-	out->largest_free_block_bytes =
-	    largest != 0 ? node(h, largest)->b - node(h, largest)->a : 0;
+	out->largest_free_block_bytes = largest_gap(h);
 }

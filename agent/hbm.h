@@ -26,16 +26,24 @@ struct hbm_stats {
 	int64_t largest_free_block_bytes;
 };
 
-/* A free gap [a, b) of the heap, in its trees by start and by size (hbm.c). */
+/*
+ * Once a heap has HBM_BINS_FROM gaps, those of up to HBM_BINS granules are kept by exact size,
+ * one treap per size found through a bitmap; larger ones in one treap by size.
+ */
+#define HBM_BINS 4096
+#define HBM_BINS_FROM 256
+#define HBM_BIN_WORDS (HBM_BINS / 64)
+
+/*
+ * A segment of the heap above the reservation: a device buffer or a free gap (hbm.c). Offset
+ * first: the hash index of buffers reads it there.
+ */
 struct hbm_node {
 	int64_t a, b;
-	int left[2], right[2]; /* node indices + 1 in the node's trees (0: none) */
+	int prev, next;  /* neighbours by address (node indices + 1; 0: none) */
+	int left, right; /* a gap's children in its treap */
 	uint32_t prio;
-};
-
-/* A device buffer of the heap (offset first: the hash index reads it there). */
-struct hbm_buffer {
-	int64_t offset, size;
+	bool gap;
 };
 
 /*
@@ -51,17 +59,21 @@ struct hbm {
 
 	unsigned char *base; /* NULL under --backing none */
 	/*
-	 * So that alloc and free take O(log n) with any number of buffers: the free gaps above
-	 * the reservation in treaps by start and by (size, end) for best fit, over one node pool;
-	 * the buffers in a dense array indexed by offset (common/hindex.c).
+	 * So that alloc and free take O(1) or O(log n) with any number of buffers: buffers and gaps
+	 * are segments in address order (neighbours found at once), gaps are kept by size for best
+	 * fit, buffers' nodes are indexed by offset (common/hindex.c).
 	 */
 	struct hbm_node *nodes;
 	int num_nodes, cap_nodes;
-	int free_node;                   /* a free list through left[0] */
-	int gaps_by_start, gaps_by_size; /* roots */
-	struct hbm_buffer *buffers;
-	int num_blocks, cap_blocks;
-	struct hindex index; /* offset -> buffers[] position */
+	int free_node; /* a free list through next */
+	int first;     /* the lowest segment */
+	int big;       /* root of the treap of gaps past HBM_BINS granules, by (size, end) */
+	int *bins;     /* [HBM_BINS]: roots of the treaps of gaps of one size, by end, or NULL */
+	int num_gaps;
+	uint64_t bin_bits[HBM_BIN_WORDS]; /* bins that hold a gap */
+	uint64_t bin_words;               /* words of bin_bits that are not zero */
+	int num_blocks;
+	struct hindex index; /* offset -> node index - 1 of a buffer */
 	int64_t used;        /* buffers plus the reservation */
 	uint32_t seed;
 	int64_t reserved;

@@ -44,13 +44,15 @@ int hindex_add(struct hindex *x, const void *entries, size_t stride, int count, 
 		int *slots = calloc(n, sizeof(*slots));
 		if (slots == NULL)
 			return -1;
-		free(x->slots);
+		struct hindex old = *x;
 		x->slots = slots;
 		x->num_slots = n;
-		for (int i = 0; i < count; i++)
-			if (i != at)
-				x->slots[probe(x, entries, stride, key_of(entries, stride, i))] =
-				    i + 1;
+		for (size_t s = 0; s < old.num_slots; s++)
+			if (old.slots[s] != 0)
+				x->slots[probe(x, entries, stride,
+				               key_of(entries, stride, old.slots[s] - 1))] =
+				    old.slots[s];
+		free(old.slots);
 	}
 	x->slots[probe(x, entries, stride, key_of(entries, stride, at))] = at + 1;
 	return 0;

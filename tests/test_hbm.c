@@ -214,17 +214,16 @@ static void model_check(const struct model *m, const struct hbm *h)
 }
 
 /*
- * Random allocations, frees, reservations and releases: the heap places every buffer where the
- * plain rules do and its statistics stay exact.
+ * Random allocations (of 1 byte to max_size), frees, reservations and releases: the heap places
+ * every buffer where the plain rules do and its statistics stay exact.
  */
-static void test_heap_agrees_with_the_plain_rules(void **state)
+static void replay(int64_t max_size, unsigned seed)
 {
 	static struct model m;
 	struct hbm h;
 	struct status st;
 	m = (struct model){.cap = 64 * MiB};
 	assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);
-	unsigned seed = 99;
 	for (int step = 0; step < 40000; step++) {
 		seed = seed * 1103515245u + 12345u;
 		unsigned r = seed >> 8;
@@ -246,7 +245,7 @@ static void test_heap_agrees_with_the_plain_rules(void **state)
 			assert_int_equal(hbm_free(&h, m.off[k]), ST_OK);
 			model_free(&m, k);
 		} else {
-			int64_t size = (int64_t)(r % (512 * 1024)) + 1, at;
+			int64_t size = (int64_t)(r % (unsigned)max_size) + 1, at;
 			int64_t want = model_alloc(&m, size);
 			int rv = hbm_alloc(&h, size, &at, &st);
 			assert_int_equal(rv, want < 0 ? ST_RESOURCE_EXHAUSTED : ST_OK);
@@ -258,10 +257,25 @@ static void test_heap_agrees_with_the_plain_rules(void **state)
 	hbm_destroy(&h);
 }
 
+/* Gaps mostly larger than the exact-size bins, and few of them. */
+static void test_heap_agrees_with_the_plain_rules(void **state)
+{
+	(void)state;
+	replay(512 * 1024, 99);
+}
+
+/* Thousands of small gaps: the bins hold them (HBM_BINS_FROM). */
+static void test_heap_with_many_small_gaps_agrees_with_the_plain_rules(void **state)
+{
+	(void)state;
+	replay(16 * 1024, 7);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_heap_agrees_with_the_plain_rules),
+	    cmocka_unit_test(test_heap_with_many_small_gaps_agrees_with_the_plain_rules),
 	    cmocka_unit_test(test_buffers_fill_from_top_best_fit),
 	    cmocka_unit_test(test_sizes_are_aligned),
 	    cmocka_unit_test(test_allocation_failure_text),
