@@ -14,7 +14,20 @@
 #include "clock.h"
 #include "kernels.h"
 #include "log.h"
+#include "lower.h"
 #include "step.h"
+
+/*
+ * A chunk of the collective's workspace holding a send: gathered from strided rows, or copied
+ * from bytes the collective overwrites before the peer has them. Free again once the stream
+ * wrote it (a peer agent's) or the local core took it.
+ */
+struct stage_slot {
+	unsigned char *p;
+	struct inbox_entry *local; /* the post it holds, or NULL */
+	struct dp_chan *ch;        /* or the channel writing it, with its ticket */
+	uint64_t ticket;
+};
 
 struct run {
 	struct device *dev;
@@ -29,7 +42,10 @@ struct run {
 	uint32_t *recv_tags;    /* [world] */
 	struct dp_chan **chans; /* [hosts] */
 	unsigned char *scratch; /* one chunk in the step's reservation, where the plan put it */
-	unsigned char *pack;    /* one chunk: gathers strided blocks for sending */
+	/* The window's chunks after it, for sends that must stay put until written or taken. */
+	struct stage_slot *stage;
+	int num_stage;
+	int64_t stage_bytes; /* of each slot */
 	struct timespec deadline;
 	struct recv_post *receives; /* [phase]: see struct recv_post */
 	/* Chunks posted to local cores and not consumed yet (they may outlive a phase). */
@@ -116,14 +132,19 @@ static int get_chan(struct run *r, int ordinal, struct dp_chan **out, struct sta
 	return ST_OK;
 }
 
-/* Frees the posts the receivers consumed; returns how many to `peer` (-1: any) are out. */
+/*
+ * Frees the posts the receivers consumed (and their stage slots); returns how many to `peer`
+ * (-1: any) are out. dev->lock held.
+ */
 static int reap_posts(struct run *r, int peer)
 {
 	int k = 0, out = 0;
 	for (int i = 0; i < r->num_posts; i++) {
 		struct inbox_entry *e = r->posts[i];
 		if (e->done) {
-			free(e->staged);
+			for (int j = 0; j < r->num_stage; j++)
+				if (r->stage[j].local == e)
+					r->stage[j].local = NULL;
 			free(e);
 			continue;
 		}
@@ -134,14 +155,30 @@ static int reap_posts(struct run *r, int peer)
 	return out;
 }
 
+/* A free stage slot, or -1 when every one still holds a send. */
+static int stage_slot(struct run *r)
+{
+	pthread_mutex_lock(&r->dev->lock);
+	reap_posts(r, -1);
+	pthread_mutex_unlock(&r->dev->lock);
+	for (int j = 0; j < r->num_stage; j++) {
+		struct stage_slot *x = &r->stage[j];
+		if (x->ch != NULL && dp_chan_written(x->ch, x->ticket))
+			x->ch = NULL;
+		if (x->ch == NULL && x->local == NULL)
+			return j;
+	}
+	return -1;
+}
+
 /*
- * Sends one chunk: `len` bytes at sequence position pos from data (contiguous) or, when data
- * is NULL, gathered from layout l of buffer base; `covered` is what the chunk stands for.
+ * Sends one chunk: `len` bytes at sequence position pos of layout l of buffer base, through a
+ * stage slot when they are strided or `stage` says the collective overwrites them before the
+ * peer has them; `covered` is what the chunk stands for. DP_BUSY: no room yet.
  */
 static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_t covered,
-                      const unsigned char *data, unsigned char *base, const Podemu__BlockLayout *l,
-                      int64_t len, bool stage, struct status *st)
-
+                      unsigned char *base, const Podemu__BlockLayout *l, int64_t len, bool stage,
+                      struct status *st)
 {
 	struct dp_header h = {.step_id = r->s->id,
 	                      .collective = r->coll,
@@ -151,15 +188,22 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 	                      .offset = (uint64_t)pos,
 	                      .length = (uint64_t)len,
 	                      .covered = (uint64_t)covered};
-	if (data == NULL && len > 0) {
+	const unsigned char *data = NULL;
+	int slot = -1;
+	if (len > 0) {
 		int64_t n;
 		unsigned char *p = block_piece(base, l, pos, len, &n);
-		if (n == len) {
+		if (n == len && !stage) {
 			data = p;
+		} else if (r->num_stage == 0 || len > r->stage_bytes) {
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "program: no room to stage a chunk of %lld bytes",
+			                  (long long)len);
+		} else if ((slot = stage_slot(r)) < 0) {
+			return DP_BUSY;
 		} else {
-			seq_read(r->pack, base, l, pos, len);
-			data = r->pack;
-			stage = true;
+			seq_read(r->stage[slot].p, base, l, pos, len);
+			data = r->stage[slot].p;
 		}
 	}
 	if (!is_local(r, peer)) {
@@ -168,9 +212,11 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 		if (rv != ST_OK)
 			return rv;
 		struct dp_segment seg = {data, (size_t)len};
-		/* Staged bytes change before the peer has them: the channel keeps a copy. */
-		return peer_failed(r, host_of(r, peer),
-		                   dp_chan_send(ch, &h, &seg, len > 0 ? 1 : 0, stage, st), st);
+		uint64_t ticket = 0;
+		rv = dp_chan_send(ch, &h, &seg, len > 0 ? 1 : 0, &ticket, st);
+		if (rv == ST_OK && slot >= 0)
+			r->stage[slot] = (struct stage_slot){r->stage[slot].p, NULL, ch, ticket};
+		return peer_failed(r, host_of(r, peer), rv, st);
 	}
 	if (r->num_posts == r->cap_posts) {
 		int cap = r->cap_posts ? r->cap_posts * 2 : 16;
@@ -185,15 +231,8 @@ static int post_chunk(struct run *r, int peer, uint32_t tag, int64_t pos, int64_
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	e->h = h;
 	e->payload = data;
-	if (stage && len > 0) {
-		e->staged = malloc((size_t)len);
-		if (e->staged == NULL) {
-			free(e);
-			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		}
-		memcpy(e->staged, data, (size_t)len);
-		e->payload = e->staged;
-	}
+	if (slot >= 0)
+		r->stage[slot].local = e;
 	pthread_mutex_lock(&r->dev->lock);
 	int to = device_local(r->dev, peer);
 	inbox_push(r->s, to, e);
@@ -242,7 +281,6 @@ static void ack_entry(struct run *r, struct inbox_entry *e, int code, const char
 	}
 	pthread_mutex_lock(&r->dev->lock);
 	if (e->orphan) { /* its poster left the collective */
-		free(e->staged);
 		free(e);
 	} else {
 		/* The core that posted it may post more, or end its phase or collective. */
@@ -450,7 +488,7 @@ static int leg_send(struct run *r, struct leg *g, int *rv, struct status *st)
 		                  ? (g->send_len - g->sent < chunk ? g->send_len - g->sent : chunk)
 		                  : 0;
 		int64_t covered = r->dev->backed ? len : g->send_len;
-		*rv = post_chunk(r, ph->send_peer, g->stag, g->sent, covered, NULL, g->send_base,
+		*rv = post_chunk(r, ph->send_peer, g->stag, g->sent, covered, g->send_base,
 		                 ph->send_block, len, ph->stage, st);
 		if (*rv == DP_BUSY) {
 			*rv = ST_OK;
@@ -697,22 +735,31 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	r.send_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.recv_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.chans = calloc((size_t)dev->num_hosts, sizeof(*r.chans));
-	/* A reducing collective combines through the chunk the plan reserved for it. */
-	enum opcode op = opcode_parse(n->opcode);
-	int64_t in_bytes = shape_bytes(&s->shapes[step_operand(s, node, 0)]);
-	int64_t need = in_bytes < s->chunk_bytes ? in_bytes : s->chunk_bytes;
-	bool reduces = op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER;
+	/*
+	 * It works through the workspace the plan reserved for it: a chunk to combine through,
+	 * then the stage slots.
+	 */
+	struct coll_workspace w = lower_node_workspace(
+	    n, sched->group_size, &s->shapes[step_operand(s, node, 0)], &s->shapes[node],
+	    s->chunk_bytes, s->window, s->prog->collective_algorithm);
+	int64_t need = w.combine + w.staging;
 	r.scratch = scratch;
-	if (dev->backed)
-		r.pack = malloc((size_t)s->chunk_bytes);
+	if (dev->backed && w.staging > 0) {
+		r.num_stage = (int)(w.staging / w.slot);
+		r.stage_bytes = w.slot;
+		r.stage = calloc((size_t)r.num_stage, sizeof(*r.stage));
+	}
 	int rv = ST_OK;
-	if (!r.send_tags || !r.recv_tags || !r.chans || (dev->backed && !r.pack))
+	if (!r.send_tags || !r.recv_tags || !r.chans || (r.num_stage > 0 && !r.stage))
 		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	else if (dev->backed && reduces && need > 0 && (scratch == NULL || scratch_bytes < need))
-		rv = status_set(st, ST_INVALID_ARGUMENT,
-		                "program: the plan reserves %lld bytes of scratch, not the %lld it "
-		                "combines through",
-		                (long long)(scratch ? scratch_bytes : 0), (long long)need);
+	else if (dev->backed && need > 0 && (scratch == NULL || scratch_bytes < need))
+		rv =
+		    status_set(st, ST_INVALID_ARGUMENT,
+		               "program: the plan reserves %lld bytes of collective workspace, not "
+		               "the %lld it works through",
+		               (long long)(scratch ? scratch_bytes : 0), (long long)need);
+	for (int j = 0; rv == ST_OK && j < r.num_stage; j++)
+		r.stage[j].p = (unsigned char *)scratch + w.combine + (int64_t)j * w.slot;
 	/* Without it, every chunk from a peer agent is copied by this core. */
 	r.receives = calloc(sched->n_phases + 1, sizeof(*r.receives));
 	if (rv == ST_OK && r.receives != NULL)
@@ -748,7 +795,7 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	free(r.send_tags);
 	free(r.recv_tags);
 	free(r.chans);
-	free(r.pack);
+	free(r.stage);
 	free(r.posts);
 	free(r.receives);
 	clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -145,14 +145,16 @@ int dp_chan_open(struct dp_chan **out, struct dataplane *dp, const char *url, in
                  int timeout_ms, void (*notify)(void *), void *arg, struct status *st);
 /*
  * Sends one chunk gathered from segs (n <= 3; nothing for n = 0). The bytes are written from
- * segs as they are, so they must stay unchanged until the chunk is acknowledged, unless copy
- * is set: then the channel copies them first. Returns ST_OK when posted, DP_BUSY when `window`
- * chunks are in flight, or the channel's first failure: UNAVAILABLE when the peer cannot be
- * reached, DEADLINE_EXCEEDED after the timeout, or the receiver's error.
+ * segs as they are, so they must stay unchanged until the chunk is written (dp_chan_written
+ * with the *ticket it gets, or dp_chan_flush). Returns ST_OK when posted, DP_BUSY when
+ * `window` chunks are in flight, or the channel's first failure: UNAVAILABLE when the peer
+ * cannot be reached, DEADLINE_EXCEEDED after the timeout, or the receiver's error.
  */
 #define DP_BUSY (-2)
 int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_segment *segs,
-                 int n, bool copy, struct status *st);
+                 int n, uint64_t *ticket, struct status *st);
+/* True once the send with this ticket is written to the stream (or given up). */
+bool dp_chan_written(struct dp_chan *ch, uint64_t ticket);
 /*
  * Waits until at most max_in_flight chunks are unacknowledged, or the channel failed; with no
  * acknowledgement for the channel's timeout it fails with DEADLINE_EXCEEDED.

@@ -35,8 +35,7 @@ struct dp_slot {
 	struct dp_frame frame; /* first: frames are found back as slots */
 	struct dp_chan *ch;
 	struct dp_header h;
-	unsigned char *copy;
-	size_t copy_cap;
+	uint64_t seq; /* which send of the channel it carries */
 	bool busy, writing, awaiting;
 };
 
@@ -49,6 +48,7 @@ struct dp_chan {
 	void *notify_arg;
 	int window;
 	int in_flight;
+	uint64_t sent; /* sends so far: the last one's number */
 	int timeout_ms;
 	bool aborted;
 	int code;
@@ -424,7 +424,7 @@ int dp_chan_open(struct dp_chan **out, struct dataplane *dp, const char *url, in
 }
 
 int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_segment *segs,
-                 int n, bool copy, struct status *st)
+                 int n, uint64_t *ticket, struct status *st)
 {
 	if (n < 0 || n > 3)
 		return status_set(st, ST_INVALID_ARGUMENT,
@@ -452,6 +452,9 @@ int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_
 	}
 	struct dp_slot *s = &ch->slots[index];
 	s->busy = s->writing = s->awaiting = true;
+	s->seq = ++ch->sent;
+	if (ticket != NULL)
+		*ticket = s->seq;
 	ch->in_flight++;
 	pthread_mutex_unlock(&ch->lock);
 
@@ -464,33 +467,23 @@ int dp_chan_send(struct dp_chan *ch, const struct dp_header *h, const struct dp_
 	memcpy(s->h.token, ch->peer->dp->token, strlen(ch->peer->dp->token));
 	s->frame.iov[0] = (nng_iov){&s->h, sizeof(s->h)};
 	s->frame.niov = 1;
-	if (copy && len > 0) {
-		if (s->copy_cap < len) {
-			unsigned char *p = realloc(s->copy, len);
-			if (p == NULL) {
-				pthread_mutex_lock(&ch->lock);
-				s->busy = s->writing = s->awaiting = false;
-				ch->in_flight--;
-				pthread_mutex_unlock(&ch->lock);
-				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			}
-			s->copy = p;
-			s->copy_cap = len;
-		}
-		size_t at = 0;
-		for (int i = 0; i < n; i++) {
-			memcpy(s->copy + at, segs[i].data, segs[i].len);
-			at += segs[i].len;
-		}
-		s->frame.iov[s->frame.niov++] = (nng_iov){s->copy, len};
-	} else {
-		for (int i = 0; i < n; i++)
-			if (segs[i].len > 0)
-				s->frame.iov[s->frame.niov++] =
-				    (nng_iov){(void *)segs[i].data, segs[i].len};
-	}
+	for (int i = 0; i < n; i++)
+		if (segs[i].len > 0)
+			s->frame.iov[s->frame.niov++] =
+			    (nng_iov){(void *)segs[i].data, segs[i].len};
 	writer_enqueue(&ch->peer->w, &s->frame);
 	return ST_OK;
+}
+
+bool dp_chan_written(struct dp_chan *ch, uint64_t ticket)
+{
+	bool written = true;
+	pthread_mutex_lock(&ch->lock);
+	for (int i = 0; i < ch->window && written; i++)
+		written =
+		    !(ch->slots[i].busy && ch->slots[i].writing && ch->slots[i].seq == ticket);
+	pthread_mutex_unlock(&ch->lock);
+	return written;
 }
 
 void dp_chan_wait(struct dp_chan *ch, int max_in_flight)
@@ -620,8 +613,6 @@ void dp_chan_close(struct dp_chan *ch)
 	ch->notify = NULL;
 	pthread_mutex_unlock(&ch->lock);
 	chan_release(ch);
-	for (int i = 0; i < ch->window; i++)
-		free(ch->slots[i].copy);
 	free(ch->slots);
 	pthread_cond_destroy(&ch->cv);
 	pthread_mutex_destroy(&ch->lock);

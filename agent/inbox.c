@@ -87,7 +87,6 @@ void coll_step_cleanup(struct device *dev, struct step *s)
 			struct inbox_entry *next = e->next;
 			if (e->req != NULL)
 				dp_complete(e->req, ST_ABORTED, "the receiving step ended");
-			free(e->staged);
 			free(e);
 			e = next;
 		}

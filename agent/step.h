@@ -11,7 +11,6 @@ struct inbox_entry {
 	struct dp_header h;
 	const void *payload;
 	struct dp_request *req; /* from a peer agent: acknowledged with dp_complete */
-	void *staged;           /* from a local core: its private copy (or NULL) */
 	bool placed;            /* from a peer agent: read straight into the output already */
 	int done;               /* local: the receiver consumed it */
 	int orphan;             /* local: the sender gave up; the receiver frees it */

@@ -7,6 +7,7 @@
 #include "fusion.h"
 #include "heap.h"
 #include "layout.h"
+#include "lower.h"
 #include "schedule.h"
 
 static int oom(struct builder *b)
@@ -353,9 +354,41 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 	return ST_OK;
 }
 
-/* Collectives that combine what they receive with their input through a scratch chunk. */
-static const char *const reducing_collectives[] = {"all-reduce", "all-reduce-start",
-                                                   "reduce-scatter", NULL};
+static const char *const collective_ops[] = {
+    "all-gather",         "all-gather-start",         "all-reduce",
+    "all-reduce-start",   "reduce-scatter",           "all-to-all",
+    "collective-permute", "collective-permute-start", NULL};
+
+/*
+ * The bytes collective `in` works through on each core while it runs, over groups of n (the
+ * agents' rule, lower_workspace): received partials combined with the input, and sends that
+ * must stay put until their peer has them.
+ */
+static int64_t workspace_bytes(const struct hlo_instruction *in, int n,
+                               const struct memplan_options *o)
+{
+	/* An async start's result is its tuple's element 1 (element 0 is the operand). */
+	const struct hlo_shape *result =
+	    in->shape.type == HT_TUPLE && in->shape.n_tuple > 1 ? &in->shape.tuple[1] : &in->shape;
+	const struct hlo_shape *operand = in->n_operands > 0 ? &in->operands[0]->shape : result;
+	enum opcode op = OP_COLLECTIVE_PERMUTE;
+	if (hlo_is(in, "all-gather") || hlo_is(in, "all-gather-start"))
+		op = OP_ALL_GATHER;
+	else if (hlo_is(in, "all-reduce") || hlo_is(in, "all-reduce-start"))
+		op = OP_ALL_REDUCE;
+	else if (hlo_is(in, "reduce-scatter"))
+		op = OP_REDUCE_SCATTER;
+	else if (hlo_is(in, "all-to-all"))
+		op = OP_ALL_TO_ALL;
+	const struct hlo_shape *blocks = op == OP_ALL_GATHER ? result : operand;
+	int d = in->n_dimensions > 0 ? (int)in->dimensions[0] : 0;
+	bool strided = op != OP_ALL_REDUCE && blocks->type != HT_TUPLE &&
+	               lower_blocks_strided(blocks->dims, blocks->rank, d);
+	struct coll_workspace w =
+	    lower_workspace(op, n, value_bytes(operand), value_bytes(result), strided,
+	                    o->chunk_bytes, o->window, o->collective_algorithm);
+	return w.combine + w.staging;
+}
 
 /*
  * The heap of computation c: its temporaries and constants, and at each position the scratch
@@ -578,10 +611,6 @@ static int assign_value(struct builder *b, struct comp_state *x, int k,
 static int account(struct builder *b, struct comp_state *x, int i, int depth,
                    struct comp_result *res)
 {
-	static const char *const collectives[] = {
-	    "all-gather",         "all-gather-start",         "all-reduce",
-	    "all-reduce-start",   "reduce-scatter",           "all-to-all",
-	    "collective-permute", "collective-permute-start", NULL};
 	const struct memplan_options *o = b->o;
 	struct memplan *out = b->p;
 	const struct hlo_instruction *in = x->c->instructions[i];
@@ -597,22 +626,19 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	if ((rv = call_extra(b, in, depth, &extra, &res->callee_at[at])) != ST_OK)
 		return rv;
 	x->scratch[at] = layout_add(x->scratch[at], extra);
-	if (!hlo_is_any(in, collectives))
+	if (!hlo_is_any(in, collective_ops))
 		return ST_OK;
 	int size;
 	if (verify_collective(in, out->world_size, &b->groups, &size, b->st) != ST_OK)
 		return ST_INVALID_ARGUMENT;
-	int64_t reduced = hlo_is_any(in, reducing_collectives) && in->n_operands > 0
-	                      ? value_bytes(&in->operands[0]->shape)
-	                      : 0;
 	int64_t sent = sent_by(in, size);
 	out->sent_bytes = layout_add(out->sent_bytes, sent);
 	enum opcode op = opcode_parse(in->opcode);
 	out->sent_by_op[op] = layout_add(out->sent_by_op[op], sent);
-	int64_t chunk = reduced < o->chunk_bytes ? reduced : o->chunk_bytes;
-	if (chunk > x->coll_scratch[at]) { /* a merged collective shares one chunk */
-		x->scratch[at] += chunk - x->coll_scratch[at];
-		x->coll_scratch[at] = chunk;
+	int64_t need = workspace_bytes(in, size, o);
+	if (need > x->coll_scratch[at]) { /* a merged collective shares one workspace */
+		x->scratch[at] += need - x->coll_scratch[at];
+		x->coll_scratch[at] = need;
 	}
 	return ST_OK;
 }
@@ -683,13 +709,13 @@ static int finish(struct builder *b, struct comp_state *x, struct comp_result *r
 	if ((res->heap = place(b, c, x->scratch, x->order, n)) < 0)
 		return oom(b);
 	/*
-	 * A reducing collective's chunk closes the block placed where it runs (a merged one
-	 * shares its group's, whose members run one after the other from there).
+	 * A collective's workspace closes the block placed where it runs (a merged one shares
+	 * its group's, whose members run one after the other from there).
 	 */
 	for (int i = 0; i < n; i++) {
 		int at = x->at[i];
 		if (x->coll_scratch[at] <= 0 || x->fused_into[i] >= 0 ||
-		    !hlo_is_any(c->instructions[i], reducing_collectives))
+		    !hlo_is_any(c->instructions[i], collective_ops))
 			continue;
 		cp->scratch_bytes[i] = x->coll_scratch[at];
 		cp->scratch_at[i] =

@@ -234,6 +234,13 @@ static int build_computation(struct hlo_computation *c, const struct source *src
 		}
 		in->n_dimensions = (int)node->n_dimensions;
 		in->dimensions = node->dimensions;
+		if (op == OP_ALL_TO_ALL &&
+		    in->n_dimensions == 0) { /* XLA's form: dimensions={split} */
+			if ((in->dimensions = arena_alloc(a, sizeof(int64_t))) == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+			in->dimensions[0] = node->split_dimension;
+			in->n_dimensions = 1;
+		}
 		if (op == OP_PARAMETER) {
 			in->parameter_number =
 			    src->entry ? c->n_parameters : node->parameter_number;

@@ -8,10 +8,12 @@
 #ifndef PODEMU_LOWER_H
 #define PODEMU_LOWER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "arena.h"
 #include "dtype.h"
+#include "graph.h"
 #include "podemu.pb-c.h"
 #include "status.h"
 
@@ -50,7 +52,45 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
                       int cores_per_host, int host, const char *forced_algorithm,
                       struct status *st);
 
-/* Scratch HBM a collective reserves per core: one chunk for the reducing ones, else 0. */
-int64_t lower_scratch_bytes(const Podemu__Node *n, const struct shape *in, int64_t chunk_bytes);
+/*
+ * What one core works through while a collective runs, in its part of the reservation: first
+ * a chunk to combine received partials with its input through (the reducing collectives), then
+ * `window` chunks for sends whose bytes must stay put until the peer has them: those a phase
+ * overwrites in place (a ring reduce-scatter, a recursive-doubling all-reduce) and those
+ * gathered from strided rows.
+ */
+struct coll_workspace {
+	int64_t combine;
+	int64_t staging; /* window slots of slot bytes */
+	int64_t slot;
+};
+
+/*
+ * The workspace of op over a group of n members, in_bytes in and out_bytes out, whose send
+ * blocks are `strided` (lower_blocks_strided), with the pod's chunk size, window and forced
+ * algorithm (as lower_collectives takes it). The plan reserves it and agents use it: one rule.
+ */
+struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, int64_t out_bytes,
+                                      bool strided, int64_t chunk_bytes, int window,
+                                      const char *forced_algorithm);
+/*
+ * True when the blocks of a value of these dimensions split along d gather rows (the
+ * dimensions before d hold more than one element): an all-gather's result, a reduce-scatter's
+ * or all-to-all's operand.
+ */
+bool lower_blocks_strided(const int64_t *dims, int rank, int d);
+/* The workspace of collective node n, in and out its operand's and result's shapes. */
+struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size,
+                                           const struct shape *in, const struct shape *out,
+                                           int64_t chunk_bytes, int window,
+                                           const char *forced_algorithm);
+/*
+ * The same for the core of the largest need among world's (n's groups resolved over g's mesh),
+ * which the plan reserves for every core.
+ */
+int lower_node_workspace_max(struct coll_workspace *w, const Podemu__Graph *g,
+                             const Podemu__Node *n, const struct shape *in, const struct shape *out,
+                             int world, int64_t chunk_bytes, int window,
+                             const char *forced_algorithm, struct status *st);
 
 #endif

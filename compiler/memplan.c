@@ -7,6 +7,7 @@
 #include "verify.h"
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
+#define DEFAULT_WINDOW 4
 
 int memplan_build(struct memplan *out, struct hlo_module *m, const struct topology *topo,
                   const struct memplan_options *o, struct arena *a, struct status *st)
@@ -21,6 +22,8 @@ int memplan_build(struct memplan *out, struct hlo_module *m, const struct topolo
 	struct memplan_options opts = *o;
 	if (opts.chunk_bytes <= 0)
 		opts.chunk_bytes = DEFAULT_CHUNK_BYTES;
+	if (opts.window <= 0)
+		opts.window = DEFAULT_WINDOW;
 	if (opts.alignment <= 0)
 		opts.alignment = HBM_ALIGNMENT;
 	struct builder b = {.p = out, .a = a, .o = &opts, .m = m, .st = st};

@@ -39,9 +39,11 @@ struct plan_buffer {
 
 struct memplan_options {
 	bool tiled;          /* TPU layouts (default) or none */
-	int64_t chunk_bytes; /* collective scratch per reducing collective (default 4 MiB) */
-	enum ag_strategy all_gather; /* lowered by compiler/strategy.c before planning */
-	bool no_alias;               /* a strategy's all-reduce never reuses its operand's buffer */
+	int64_t chunk_bytes; /* a collective's chunk (default 4 MiB): its workspace is in chunks */
+	int window;          /* chunks in flight per peer (default 4) */
+	const char *collective_algorithm; /* forced, as lower_collectives takes it (NULL: none) */
+	enum ag_strategy all_gather;      /* lowered by compiler/strategy.c before planning */
+	bool no_alias; /* a strategy's all-reduce never reuses its operand's buffer */
 	/*
 	 * Independent all-gathers, reduce-scatters and all-reduces with the same groups are merged
 	 * into the first of them while their outputs together stay at or below this many bytes

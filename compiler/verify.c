@@ -28,7 +28,9 @@ static int check_groups(const struct hlo_instruction *in, const char *text, int 
 	bool any_size = hlo_is(in, "all-reduce") || hlo_is(in, "all-reduce-start");
 	int rv = coll_groups_from_text(&resolved, text, world, any_size, label, st);
 	if (rv == ST_OK) {
-		*size = resolved.size[0];
+		*size = 0;
+		for (int k = 0; k < resolved.num_groups; k++)
+			*size = resolved.size[k] > *size ? resolved.size[k] : *size;
 		coll_groups_free(&resolved);
 	}
 	return rv;

@@ -9,7 +9,10 @@
 #include "hlo.h"
 #include "status.h"
 
-/* The last replica_groups text verified and its group size: modules repeat the same groups. */
+/*
+ * The last replica_groups text verified and its (largest) group size: modules repeat the same
+ * groups.
+ */
 struct verify_cache {
 	const char *text;
 	int size;
@@ -17,7 +20,8 @@ struct verify_cache {
 
 /*
  * Checks collective `in` on a pod of world cores and gives the size of its groups (every core
- * when it names none). INVALID_ARGUMENT with "line L: NAME: ..." otherwise.
+ * when it names none; the largest when they differ, as an all-reduce's may). INVALID_ARGUMENT
+ * with "line L: NAME: ..." otherwise.
  */
 int verify_collective(const struct hlo_instruction *in, int world, struct verify_cache *cache,
                       int *group_size, struct status *st);

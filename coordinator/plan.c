@@ -236,6 +236,8 @@ int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
 		return rv;
 	struct memplan_options mo = {.tiled = o->tiled,
 	                             .chunk_bytes = o->chunk_bytes,
+	                             .window = o->window,
+	                             .collective_algorithm = o->collective_algorithm,
 	                             .combine_threshold_bytes = o->combine_threshold_bytes,
 	                             .no_fusion = !o->fusion,
 	                             .recorded_order = !o->memory_aware,

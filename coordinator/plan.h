@@ -26,11 +26,13 @@ struct plan {
 /* The compiler's options for the pod's steps. */
 struct plan_options {
 	const struct topology *topology;
-	int64_t combine_threshold_bytes; /* 0: no combining */
-	bool memory_aware;               /* else the recorded order */
-	bool fusion;                     /* elementwise fusion */
-	bool tiled;                      /* buffers in the TPU's tiled layout (else unpadded) */
-	int64_t chunk_bytes;             /* collective scratch per reducing collective */
+	int64_t combine_threshold_bytes;  /* 0: no combining */
+	bool memory_aware;                /* else the recorded order */
+	bool fusion;                      /* elementwise fusion */
+	bool tiled;                       /* buffers in the TPU's tiled layout (else unpadded) */
+	int64_t chunk_bytes;              /* a collective's chunk; its workspace is in chunks */
+	int window;                       /* chunks in flight per peer */
+	const char *collective_algorithm; /* forced (NULL: chosen per collective) */
 };
 
 /*

@@ -98,16 +98,31 @@ static int check_fits(struct coordinator *co, const struct plan *p, struct statu
 	    status_human_bytes(temps, p->temp_bytes));
 }
 
-/* Per node: the scratch bytes a collective needs while it runs (0 for other nodes). */
-static int64_t *node_scratch(const struct coordinator *co, struct arena *a, const Podemu__Graph *g,
-                             const struct shape *shapes)
+/*
+ * Per node: the workspace bytes a collective uses on a core while it runs (the most of any
+ * core; 0 for other nodes), as the agents use it.
+ */
+static int node_scratch(int64_t **out, const struct coordinator *co, struct arena *a,
+                        const Podemu__Graph *g, const struct shape *shapes, struct status *st)
 {
 	int64_t *scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
-	for (size_t i = 0; scratch != NULL && i < g->n_nodes; i++)
-		if (opcode_is_collective(opcode_parse(g->nodes[i]->opcode)))
-			scratch[i] = lower_scratch_bytes(
-			    g->nodes[i], &shapes[g->nodes[i]->operands[0]], co->chunk_bytes);
-	return scratch;
+	if (scratch == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int world = topology_world_size(&co->reg.topo);
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const Podemu__Node *n = g->nodes[i];
+		if (!opcode_is_collective(opcode_parse(n->opcode)))
+			continue;
+		struct coll_workspace w;
+		int rv = lower_node_workspace_max(&w, g, n, &shapes[n->operands[0]], &shapes[i],
+		                                  world, co->chunk_bytes, co->window,
+		                                  co->collective_algorithm, st);
+		if (rv != ST_OK)
+			return rv;
+		scratch[i] = w.combine + w.staging;
+	}
+	*out = scratch;
+	return ST_OK;
 }
 
 /*
@@ -157,7 +172,9 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 		                          .memory_aware = co->schedule.memory_aware,
 		                          .fusion = co->fusion,
 		                          .tiled = co->tiled,
-		                          .chunk_bytes = co->chunk_bytes};
+		                          .chunk_bytes = co->chunk_bytes,
+		                          .window = co->window,
+		                          .collective_algorithm = co->collective_algorithm};
 		if ((rv = plan_graph(out, a, *g, shapes, &po, st)) != ST_OK)
 			return rv;
 		*entry = cache_store(&co->cache, key, key_len, hash, out);
@@ -170,8 +187,8 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 	struct compiled template = *out;
 	if ((rv = plan_bind(&out->plan, a, &template, *g, out_handles, st)) != ST_OK)
 		return rv;
-	if ((*scratch = node_scratch(co, a, *g, shapes)) == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if ((rv = node_scratch(scratch, co, a, *g, shapes, st)) != ST_OK)
+		return rv;
 	rep->combined_collectives = out->n_combined;
 	rep->delayed_nodes = out->n_delayed;
 	rep->fused_nodes = out->n_fused;
@@ -283,7 +300,7 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	/* Node indices below are the scheduled ones. */
 	struct compiled prog_c;
 	struct cache_entry *entry = NULL;
-	int64_t *scratch;
+	int64_t *scratch = NULL;
 	if ((rv = compile_step(co, a, &g, shapes, out_handles, &prog_c, &entry, &scratch, rep,
 	                       st)) != ST_OK)
 		return rv;

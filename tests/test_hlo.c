@@ -394,15 +394,18 @@ static void test_plan_liveness(void **state)
 	assert_int_equal(p.peak_bytes, 4 * MiB + 2 * 32 * MiB);
 	assert_string_equal(p.peak_name, "b");
 	assert_int_equal(p.temp_bytes, 32 * MiB);
-	/* A reducing collective reserves one chunk while it runs. */
+	/*
+	 * A reducing collective reserves, while it runs, one chunk to combine through and the
+	 * window's 4 chunks (here blocks of 4 MiB) to stage the ring's sends it overwrites.
+	 */
 	plan("HloModule rs\nENTRY main {\n"
 	     "  x = f32[8388608] parameter(0)\n"
 	     "  ROOT r = f32[1048576] reduce-scatter(x), dimensions={0}, to_apply=add\n}\n"
 	     "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
 	     "  ROOT s = f32[] add(a, b)\n}\n",
 	     "v3-8", &p);
-	assert_int_equal(p.peak_bytes, 32 * MiB + 4 * MiB + 4 * MiB);
-	assert_int_equal(p.peak_scratch, 4 * MiB);
+	assert_int_equal(p.peak_bytes, 32 * MiB + 4 * MiB + 4 * MiB + 4 * 4 * MiB);
+	assert_int_equal(p.peak_scratch, 4 * MiB + 4 * 4 * MiB);
 }
 
 /*
@@ -595,8 +598,8 @@ static void test_plan_modules(void **state)
 	assert_int_equal(p.peak_bytes, 1048576 + 4 + 4096 + 4096 + 4096 + 4 + 1 + 16);
 	assert_string_equal(p.peak_name, "c");
 	plan_file("loop-collective.hlo", &p, &st, ST_OK);
-	assert_int_equal(p.temp_bytes, 4096 + 16 + 4 + 4);
-	assert_int_equal(p.peak_bytes, 4096 + 4096 + 4096 + 16 + 4 + 4);
+	assert_int_equal(p.temp_bytes, 4096 + 4 * 4096 + 16 + 4 + 4);
+	assert_int_equal(p.peak_bytes, 4096 + 4096 + 4096 + 4 * 4096 + 16 + 4 + 4);
 	assert_int_equal(p.sent_bytes, 7168);
 	/* Replica groups checked with XLA's verifier's words before planning. */
 	plan_file("bad-groups.hlo", &p, &st, ST_INVALID_ARGUMENT);
