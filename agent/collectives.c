@@ -1,8 +1,9 @@
 /*
- * The collective executor: a core walks the schedule the coordinator compiled for it, phase by
- * phase, posting chunks to its send peer (a local core's inbox, or a data-plane channel to a
- * peer agent) and consuming chunks from its receive peer, with at most `window` chunks in
- * flight per peer. It never decides anything the schedule does not say.
+ * The collective executor: a core walks the schedule its agent lowered for it, phase by phase,
+ * posting chunks to its send peer (a local core's inbox, or a data-plane channel to a peer
+ * agent) and consuming chunks from its receive peer, with at most `window` chunks in flight
+ * per peer, through the workspace the plan reserved for it. It never decides anything the
+ * schedule does not say.
  */
 #include <errno.h>
 #include <math.h>
@@ -13,46 +14,9 @@
 
 #include "clock.h"
 #include "kernels.h"
+#include "coll_run.h"
 #include "log.h"
 #include "lower.h"
-#include "step.h"
-
-/*
- * A chunk of the collective's workspace holding a send: gathered from strided rows, or copied
- * from bytes the collective overwrites before the peer has them. Free again once the stream
- * wrote it (a peer agent's) or the local core took it.
- */
-struct stage_slot {
-	unsigned char *p;
-	struct inbox_entry *local; /* the post it holds, or NULL */
-	struct dp_chan *ch;        /* or the channel writing it, with its ticket */
-	uint64_t ticket;
-};
-
-struct run {
-	struct device *dev;
-	struct step *s;
-	struct core *c;
-	uint32_t coll;
-	unsigned char *in;
-	unsigned char *out;
-	int dtype;
-	enum reducer red;
-	uint32_t *send_tags;    /* [world] */
-	uint32_t *recv_tags;    /* [world] */
-	struct dp_chan **chans; /* [hosts] */
-	unsigned char *scratch; /* one chunk in the step's reservation, where the plan put it */
-	/* The window's chunks after it, for sends that must stay put until written or taken. */
-	struct stage_slot *stage;
-	int num_stage;
-	int64_t stage_bytes; /* of each slot */
-	struct timespec deadline;
-	struct recv_post *receives; /* [phase]: see struct recv_post */
-	/* Chunks posted to local cores and not consumed yet (they may outlive a phase). */
-	struct inbox_entry **posts;
-	int num_posts;
-	int cap_posts;
-};
 
 static void seq_write(unsigned char *base, const Podemu__BlockLayout *l, int64_t pos,
                       const unsigned char *src, int64_t len)
@@ -86,16 +50,6 @@ static void seq_reduce(int dtype, enum reducer red, unsigned char *base,
 		kernel_accumulate(dtype, red, p, src, n);
 		src += n, pos += n, len -= n;
 	}
-}
-
-static int host_of(const struct run *r, int ordinal)
-{
-	return ordinal / r->dev->cores_per_host;
-}
-
-static bool is_local(const struct run *r, int ordinal)
-{
-	return host_of(r, ordinal) == r->dev->host_index;
 }
 
 /* Wakes the core whose channel completed a send or took an acknowledgement. */
@@ -353,120 +307,6 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 	}
 }
 
-/* A phase whose received bytes are copied from a peer agent: they may be read into place. */
-static bool placeable(const struct run *r, const Podemu__CollPhase *ph)
-{
-	return r->dev->backed && ph->kind == PODEMU__PHASE_KIND__PHASE_EXCHANGE && !ph->reduce &&
-	       !ph->stage && ph->recv_peer >= 0 && !is_local(r, ph->recv_peer) &&
-	       layout_len(ph->recv_block) > 0;
-}
-
-/* The bytes a layout spans in buffer base, as an address range. */
-struct span {
-	uintptr_t lo, hi;
-};
-
-static struct span span_of(const unsigned char *base, const Podemu__BlockLayout *l)
-{
-	if (base == NULL || l == NULL || layout_len(l) == 0)
-		return (struct span){0, 0};
-	uintptr_t lo = (uintptr_t)(base + l->offset);
-	return (struct span){lo, lo + (uintptr_t)((l->rows - 1) * l->row_stride + l->row_bytes)};
-}
-
-static bool spans_meet(struct span a, struct span b)
-{
-	return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
-}
-
-/* True when phase ph reads or writes any byte of span x. */
-static bool phase_touches(const struct run *r, const Podemu__CollPhase *ph, struct span x)
-{
-	const unsigned char *from =
-	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
-	bool sends = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY || ph->send_peer >= 0;
-	bool receives = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
-	                ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO || ph->recv_peer >= 0;
-	return (sends && spans_meet(span_of(from, ph->send_block), x)) ||
-	       (receives && spans_meet(span_of(r->out, ph->recv_block), x)) ||
-	       (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE &&
-	        spans_meet(span_of(r->in, ph->combine_block), x));
-}
-
-static void set_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag)
-{
-	r->receives[k] = (struct recv_post){.open = true,
-	                                    .coll = r->coll,
-	                                    .src = (uint32_t)ph->recv_peer,
-	                                    .tag = tag,
-	                                    .base = r->out,
-	                                    .layout = ph->recv_block,
-	                                    .len = layout_len(ph->recv_block)};
-}
-
-/*
- * Opens, with the collective, the receives of the phases whose bytes no earlier phase reads
- * or writes (an all-gather's, say): a peer ahead of this core then lands its chunks in place
- * too. Their tags are the ones run_phase will count.
- */
-static void open_early_posts(struct run *r, const Podemu__CollectiveSchedule *sched)
-{
-	uint32_t *tags = calloc((size_t)r->dev->world_size, sizeof(uint32_t));
-	if (tags == NULL)
-		return;
-	pthread_mutex_lock(&r->dev->lock);
-	r->s->posts[r->c->local] = (struct recv_posts){r->receives, (int)sched->n_phases};
-	for (size_t k = 0; k < sched->n_phases; k++) {
-		const Podemu__CollPhase *ph = sched->phases[k];
-		if (ph->kind != PODEMU__PHASE_KIND__PHASE_EXCHANGE &&
-		    ph->kind != PODEMU__PHASE_KIND__PHASE_COMBINE)
-			continue;
-		if (ph->recv_peer < 0 || layout_len(ph->recv_block) == 0)
-			continue;
-		uint32_t tag = tags[ph->recv_peer]++;
-		if (!placeable(r, ph))
-			continue;
-		struct span x = span_of(r->out, ph->recv_block);
-		bool free_before = true;
-		for (size_t q = 0; q < k && free_before; q++)
-			free_before = !phase_touches(r, sched->phases[q], x);
-		if (free_before)
-			set_post(r, (int)k, ph, tag);
-	}
-	pthread_mutex_unlock(&r->dev->lock);
-	free(tags);
-}
-
-static void open_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag)
-{
-	pthread_mutex_lock(&r->dev->lock);
-	if (!r->receives[k].open)
-		set_post(r, k, ph, tag);
-	pthread_mutex_unlock(&r->dev->lock);
-}
-
-/*
- * Closes phase k's receive; a chunk still being read into it is waited for (it is complete
- * when the phase is), or after a failure or the deadline, given up with its stream.
- */
-static void close_post(struct run *r, int k, bool failed)
-{
-	struct device *dev = r->dev;
-	struct recv_post *p = &r->receives[k];
-	bool cancelled = false;
-	pthread_mutex_lock(&dev->lock);
-	p->open = false;
-	while (p->placing != NULL) {
-		if (!cancelled && (failed || r->s->cancel_code != ST_OK)) {
-			dp_request_cancel(p->placing);
-			cancelled = true;
-		}
-		if (pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
-			failed = true;
-	}
-	pthread_mutex_unlock(&dev->lock);
-}
-
 /* One send/receive pair of a phase group, and how far it got. */
 struct leg {
 	int k;
@@ -564,9 +404,9 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 		if (rv == ST_OK && ph->drain)
 			rv = drain_posts(r, st);
 		/* Copied chunks from a peer agent may go straight into place as they are read. */
-		g->post = r->receives != NULL && placeable(r, ph);
+		g->post = r->receives != NULL && coll_placeable(r, ph);
 		if (g->post)
-			open_post(r, g->k, ph, g->rtag);
+			coll_open_post(r, g->k, ph, g->rtag);
 	}
 	while (rv == ST_OK && !legs_done(legs, count)) {
 		pthread_mutex_lock(&dev->lock);
@@ -601,7 +441,7 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 	}
 	for (int i = 0; i < count; i++)
 		if (legs[i].post)
-			close_post(r, legs[i].k, rv != ST_OK);
+			coll_close_post(r, legs[i].k, rv != ST_OK);
 	/*
 	 * Chunks are written from the buffers themselves: a later phase may overwrite what this
 	 * one sent only once the stream has it.
@@ -763,7 +603,7 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	/* Without it, every chunk from a peer agent is copied by this core. */
 	r.receives = calloc(sched->n_phases + 1, sizeof(*r.receives));
 	if (rv == ST_OK && r.receives != NULL)
-		open_early_posts(&r, sched);
+		coll_open_early_posts(&r, sched);
 	for (size_t k = 0; k < sched->n_phases && rv == ST_OK; k++) {
 		const Podemu__CollPhase *ph = sched->phases[k];
 		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
@@ -783,7 +623,7 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	/* Receives of phases a failure skipped: nothing may still be read into them. */
 	for (size_t k = 0; r.receives != NULL && k < sched->n_phases; k++)
 		if (r.receives[k].open)
-			close_post(&r, (int)k, rv != ST_OK);
+			coll_close_post(&r, (int)k, rv != ST_OK);
 	if (r.receives != NULL) {
 		pthread_mutex_lock(&dev->lock);
 		s->posts[c->local] = (struct recv_posts){NULL, 0};

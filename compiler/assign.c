@@ -7,7 +7,7 @@
 #include "fusion.h"
 #include "heap.h"
 #include "layout.h"
-#include "lower.h"
+#include "hlo_collective.h"
 #include "schedule.h"
 
 static int oom(struct builder *b)
@@ -98,32 +98,6 @@ static int define(struct builder *b, const struct hlo_instruction *in, enum buff
                   int at, struct refs *out)
 {
 	return define_from(b, in, kind, at, NULL, out);
-}
-
-static int64_t value_bytes(const struct hlo_shape *s)
-{
-	return layout_bytes(s, false);
-}
-
-/* What one core sends in a collective, nccl-tests' way of counting. */
-static int64_t sent_by(const struct hlo_instruction *in, int n)
-{
-	if (n <= 1)
-		return 0;
-	/* An async start's result is its tuple's element 1 (element 0 is the operand). */
-	const struct hlo_shape *result =
-	    in->shape.type == HT_TUPLE && in->shape.n_tuple > 1 ? &in->shape.tuple[1] : &in->shape;
-	int64_t out = value_bytes(result);
-	int64_t operand = in->n_operands > 0 ? value_bytes(&in->operands[0]->shape) : 0;
-	if (hlo_is(in, "all-gather") || hlo_is(in, "all-gather-start") || hlo_is(in, "all-to-all"))
-		return out / n * (n - 1);
-	if (hlo_is(in, "all-reduce") || hlo_is(in, "all-reduce-start"))
-		return out / n * 2 * (n - 1);
-	if (hlo_is(in, "reduce-scatter"))
-		return operand / n * (n - 1);
-	if (hlo_is(in, "collective-permute") || hlo_is(in, "collective-permute-start"))
-		return operand;
-	return 0;
 }
 
 static int by_size(const void *x, const void *y, void *arg)
@@ -352,42 +326,6 @@ static int assign_outputs(struct builder *b, const struct hlo_computation *c,
 	if (c->root->shape.type == HT_TUPLE && tuple_table(b, c->root, BUF_OUTPUT, n - 1) < 0)
 		return oom(b);
 	return ST_OK;
-}
-
-static const char *const collective_ops[] = {
-    "all-gather",         "all-gather-start",         "all-reduce",
-    "all-reduce-start",   "reduce-scatter",           "all-to-all",
-    "collective-permute", "collective-permute-start", NULL};
-
-/*
- * The bytes collective `in` works through on each core while it runs, over groups of n (the
- * agents' rule, lower_workspace): received partials combined with the input, and sends that
- * must stay put until their peer has them.
- */
-static int64_t workspace_bytes(const struct hlo_instruction *in, int n,
-                               const struct memplan_options *o)
-{
-	/* An async start's result is its tuple's element 1 (element 0 is the operand). */
-	const struct hlo_shape *result =
-	    in->shape.type == HT_TUPLE && in->shape.n_tuple > 1 ? &in->shape.tuple[1] : &in->shape;
-	const struct hlo_shape *operand = in->n_operands > 0 ? &in->operands[0]->shape : result;
-	enum opcode op = OP_COLLECTIVE_PERMUTE;
-	if (hlo_is(in, "all-gather") || hlo_is(in, "all-gather-start"))
-		op = OP_ALL_GATHER;
-	else if (hlo_is(in, "all-reduce") || hlo_is(in, "all-reduce-start"))
-		op = OP_ALL_REDUCE;
-	else if (hlo_is(in, "reduce-scatter"))
-		op = OP_REDUCE_SCATTER;
-	else if (hlo_is(in, "all-to-all"))
-		op = OP_ALL_TO_ALL;
-	const struct hlo_shape *blocks = op == OP_ALL_GATHER ? result : operand;
-	int d = in->n_dimensions > 0 ? (int)in->dimensions[0] : 0;
-	bool strided = op != OP_ALL_REDUCE && blocks->type != HT_TUPLE &&
-	               lower_blocks_strided(blocks->dims, blocks->rank, d);
-	struct coll_workspace w =
-	    lower_workspace(op, n, value_bytes(operand), value_bytes(result), strided,
-	                    o->chunk_bytes, o->window, o->collective_algorithm);
-	return w.combine + w.staging;
 }
 
 /*
@@ -626,16 +564,18 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	if ((rv = call_extra(b, in, depth, &extra, &res->callee_at[at])) != ST_OK)
 		return rv;
 	x->scratch[at] = layout_add(x->scratch[at], extra);
-	if (!hlo_is_any(in, collective_ops))
+	if (hlo_collective_op(in) == OP_INVALID)
 		return ST_OK;
 	int size;
 	if (verify_collective(in, out->world_size, &b->groups, &size, b->st) != ST_OK)
 		return ST_INVALID_ARGUMENT;
-	int64_t sent = sent_by(in, size);
+	int64_t sent = hlo_collective_sent(in, size);
 	out->sent_bytes = layout_add(out->sent_bytes, sent);
 	enum opcode op = opcode_parse(in->opcode);
 	out->sent_by_op[op] = layout_add(out->sent_by_op[op], sent);
-	int64_t need = workspace_bytes(in, size, o);
+	struct coll_workspace w =
+	    hlo_collective_workspace(in, size, o->chunk_bytes, o->window, o->collective_algorithm);
+	int64_t need = w.combine + w.staging;
 	if (need > x->coll_scratch[at]) { /* a merged collective shares one workspace */
 		x->scratch[at] += need - x->coll_scratch[at];
 		x->coll_scratch[at] = need;
@@ -715,7 +655,7 @@ static int finish(struct builder *b, struct comp_state *x, struct comp_result *r
 	for (int i = 0; i < n; i++) {
 		int at = x->at[i];
 		if (x->coll_scratch[at] <= 0 || x->fused_into[i] >= 0 ||
-		    !hlo_is_any(c->instructions[i], collective_ops))
+		    hlo_collective_op(c->instructions[i]) == OP_INVALID)
 			continue;
 		cp->scratch_bytes[i] = x->coll_scratch[at];
 		cp->scratch_at[i] =

@@ -53,6 +53,15 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
                       struct status *st);
 
 /*
+ * The algorithm of op over a group of n members of bytes each (its operand), from the group's
+ * shape: all on one host, several members on each of several hosts (layered), blocks along the
+ * dimension contiguous, a torus of more than one dimension; forced as lower_collectives takes
+ * it, where it applies.
+ */
+const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bool layered,
+                         bool contiguous, bool torus, const char *forced);
+
+/*
  * What one core works through while a collective runs, in its part of the reservation: first
  * a chunk to combine received partials with its input through (the reducing collectives), then
  * `window` chunks for sends whose bytes must stay put until the peer has them: those a phase
@@ -74,8 +83,8 @@ struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, i
                                       bool strided, int64_t chunk_bytes, int window,
                                       const char *forced_algorithm);
 /*
- * True when the blocks of a value of these dimensions split along d gather rows (the
- * dimensions before d hold more than one element): an all-gather's result, a reduce-scatter's
+ * True when the blocks of a value of these dimensions split along d are not one run each (the
+ * dimensions before d hold other than one element): an all-gather's result, a reduce-scatter's
  * or all-to-all's operand.
  */
 bool lower_blocks_strided(const int64_t *dims, int rank, int d);

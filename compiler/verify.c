@@ -5,17 +5,11 @@
 #include <string.h>
 
 #include "collective.h"
+#include "hlo_collective.h"
 
 static bool is_collective(const struct hlo_instruction *in)
 {
-	static const char *const ops[] = {
-	    "all-gather",         "all-gather-start",         "all-reduce",
-	    "all-reduce-start",   "reduce-scatter",           "all-to-all",
-	    "collective-permute", "collective-permute-start", "collective-broadcast"};
-	for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
-		if (hlo_is(in, ops[k]))
-			return true;
-	return false;
+	return hlo_collective_op(in) != OP_INVALID || hlo_is(in, "collective-broadcast");
 }
 
 /* The groups as written, checked by the one implementation of XLA's rules. */

@@ -1,0 +1,23 @@
+/*
+ * An HLO collective's costs on each core, as the pod's agents incur them: the bytes it sends
+ * and the workspace it runs through (compiler/lower.h's rules, read off the instruction).
+ */
+#ifndef PODEMU_HLO_COLLECTIVE_H
+#define PODEMU_HLO_COLLECTIVE_H
+
+#include "graph.h"
+#include "hlo.h"
+#include "lower.h"
+
+/* The op a collective (or its async start) runs as; OP_INVALID for any other instruction. */
+enum opcode hlo_collective_op(const struct hlo_instruction *in);
+
+/* What one core sends in collective `in` over groups of n, nccl-tests' way of counting. */
+int64_t hlo_collective_sent(const struct hlo_instruction *in, int n);
+
+/* The workspace of collective `in` over groups of n (the largest), as lower_workspace says. */
+struct coll_workspace hlo_collective_workspace(const struct hlo_instruction *in, int n,
+                                               int64_t chunk_bytes, int window,
+                                               const char *forced_algorithm);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * Which algorithm a collective goes by, and the workspace it needs on each core while it runs:
+ * the rules the lowering (lower.c), the plan and the agents share.
+ */
+#include <string.h>
+
+#include "collective.h"
+#include "lower.h"
+
+/* An all-reduce that goes by recursive doubling when its group's size is a power of two. */
+static bool all_reduce_may_double(int64_t bytes, const char *forced)
+{
+	return bytes <= LOWER_SMALL_ALL_REDUCE_BYTES ||
+	       (forced != NULL && strcmp(forced, "recursive-doubling") == 0);
+}
+
+bool lower_blocks_strided(const int64_t *dims, int rank, int d)
+{
+	int64_t outer = 1;
+	for (int i = 0; i < d && i < rank; i++)
+		outer *= dims[i];
+	return outer != 1;
+}
+
+struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, int64_t out_bytes,
+                                      bool strided, int64_t chunk_bytes, int window,
+                                      const char *forced_algorithm)
+{
+	struct coll_workspace w = {0};
+	if (n <= 1 || op == OP_COLLECTIVE_PERMUTE || chunk_bytes <= 0)
+		return w;
+	bool reduces = op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER;
+	if (reduces)
+		w.combine = in_bytes < chunk_bytes ? in_bytes : chunk_bytes;
+	/*
+	 * A small all-reduce may go by recursive doubling; whether its group's size is a power
+	 * of two is left out, so that a plan sized by the largest of unequal groups serves all.
+	 */
+	bool stages = op == OP_REDUCE_SCATTER || strided ||
+	              (op == OP_ALL_REDUCE && all_reduce_may_double(in_bytes, forced_algorithm));
+	/* The largest block a core sends: a whole operand, one n-th of it, or runs of blocks. */
+	int64_t most = op == OP_ALL_REDUCE                              ? in_bytes
+	               : op == OP_REDUCE_SCATTER || op == OP_ALL_TO_ALL ? in_bytes / n
+	                                                                : out_bytes;
+	if (stages && most > 0) {
+		w.slot = most < chunk_bytes ? most : chunk_bytes;
+		w.staging = w.slot * (window > 0 ? window : 1);
+	}
+	return w;
+}
+
+struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size,
+                                           const struct shape *in, const struct shape *out,
+                                           int64_t chunk_bytes, int window,
+                                           const char *forced_algorithm)
+{
+	enum opcode op = opcode_parse(n->opcode);
+	bool strided = false;
+	if (op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER) {
+		const struct shape *blocks = op == OP_ALL_GATHER ? out : in;
+		int d = n->n_dimensions > 0 ? (int)n->dimensions[0] : 0;
+		strided = lower_blocks_strided(blocks->dims, blocks->rank, d);
+	} else if (op == OP_ALL_TO_ALL) {
+		strided = lower_blocks_strided(in->dims, in->rank, (int)n->split_dimension);
+	}
+	return lower_workspace(op, group_size, shape_bytes(in), shape_bytes(out), strided,
+	                       chunk_bytes, window, forced_algorithm);
+}
+
+int lower_node_workspace_max(struct coll_workspace *w, const Podemu__Graph *g,
+                             const Podemu__Node *n, const struct shape *in, const struct shape *out,
+                             int world, int64_t chunk_bytes, int window,
+                             const char *forced_algorithm, struct status *st)
+{
+	*w = (struct coll_workspace){0};
+	enum opcode op = opcode_parse(n->opcode);
+	if (op == OP_COLLECTIVE_PERMUTE)
+		return ST_OK;
+	struct coll_groups groups = {0};
+	int rv = coll_groups_resolve(&groups, n, g->mesh, g->n_mesh, world, op == OP_ALL_REDUCE,
+	                             n->opcode, st);
+	if (rv != ST_OK)
+		return rv;
+	for (int k = 0; k < groups.num_groups; k++) {
+		struct coll_workspace x = lower_node_workspace(
+		    n, groups.size[k], in, out, chunk_bytes, window, forced_algorithm);
+		w->combine = x.combine > w->combine ? x.combine : w->combine;
+		w->staging = x.staging > w->staging ? x.staging : w->staging;
+		w->slot = x.slot > w->slot ? x.slot : w->slot;
+	}
+	coll_groups_free(&groups);
+	return ST_OK;
+}
+
+const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bool layered,
+                         bool contiguous, bool torus, const char *forced)
+{
+	int pow2 = n > 0 && (n & (n - 1)) == 0;
+	if (forced != NULL && forced[0] != '\0') {
+		if (strcmp(forced, "torus") == 0 && (op == OP_ALL_GATHER || op == OP_ALL_REDUCE) &&
+		    torus)
+			return "torus";
+		if (strcmp(forced, "hierarchical") == 0 &&
+		    (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) && layered)
+			return "hierarchical";
+		if (strcmp(forced, "recursive-doubling") == 0 &&
+		    (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) && pow2)
+			return "recursive-doubling";
+		if (strcmp(forced, "direct") == 0 && op == OP_ALL_GATHER)
+			return "direct";
+		if (strcmp(forced, "bidirectional-ring") == 0 && op == OP_ALL_GATHER && contiguous)
+			return "bidirectional-ring";
+		if (strcmp(forced, "ring") == 0 &&
+		    (op == OP_ALL_GATHER || op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER))
+			return "ring";
+	}
+	/* Within one host a transfer is a memory copy: no hop is worth a ring's extra steps. */
+	switch (op) {
+	case OP_ALL_GATHER:
+		if (one_host)
+			return "direct";
+		if (pow2 && n > 1 &&
+		    bytes * n <= (layered ? LOWER_SMALL_LAYERED_ALL_GATHER_BYTES
+		                          : LOWER_SMALL_ALL_GATHER_BYTES))
+			return "recursive-doubling";
+		if (torus && n > LOWER_TORUS_MEMBERS)
+			return "torus";
+		if (layered)
+			return "hierarchical";
+		return contiguous && bytes * n <= LOWER_BIDIRECTIONAL_ALL_GATHER_BYTES
+		           ? "bidirectional-ring"
+		           : "ring";
+	case OP_ALL_REDUCE:
+		if (pow2 && n > 1 && all_reduce_may_double(bytes, NULL))
+			return "recursive-doubling";
+		if (torus && n > LOWER_TORUS_MEMBERS && !one_host)
+			return "torus";
+		return one_host ? "ring+direct" : layered ? "hierarchical" : "ring";
+
+	case OP_ALL_TO_ALL:
+	case OP_COLLECTIVE_PERMUTE:
+		return "direct";
+	default:
+		return "ring";
+	}
+}
