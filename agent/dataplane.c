@@ -22,9 +22,12 @@ struct dp_conn {
 	struct dp_header h;
 	struct dp_request *req; /* the chunk whose payload is being read */
 	uint64_t discard;       /* payload bytes of a refused chunk still to skip */
-	int held;               /* under dp->lock: chunks read and not yet acknowledged */
-	uint64_t held_bytes;    /* and their payload bytes */
-	char *junk;             /* where they go */
+	nng_aio *resume;        /* dp_resume's work, on an nng thread */
+	int resume_code;
+	char resume_message[DP_MESSAGE_MAX];
+	int held;            /* under dp->lock: chunks read and not yet acknowledged */
+	uint64_t held_bytes; /* and their payload bytes */
+	char *junk;          /* where they go */
 };
 
 struct dp_request {
@@ -102,6 +105,10 @@ static void dp_free(struct dataplane *dp)
 /* Frees a connection nobody uses any more. Never from one of its own callbacks. */
 static void conn_free(struct dp_conn *c)
 {
+	if (c->resume != NULL) {
+		nng_aio_stop(c->resume);
+		nng_aio_free(c->resume);
+	}
 	link_fini(&c->ds, &c->w, &c->r);
 	free(c->junk);
 	free(c);
@@ -239,6 +246,9 @@ void dp_complete(struct dp_request *req, int code, const char *message)
 		reap_conns(dp);
 }
 
+static void conn_payload(struct dp_conn *c);
+static void conn_refuse_chunk(struct dp_conn *c, int code, const char *message);
+
 /* Refuses the stream's latest frame and stops reading it: framing is lost. */
 static void conn_refuse(struct dp_conn *c, int code, const char *message)
 {
@@ -326,27 +336,69 @@ static void conn_header(struct dp_conn *c)
 	c->held_bytes += c->h.length;
 	pthread_mutex_unlock(&dp->lock);
 	c->req = req;
-	if (c->h.length == 0) {
+	int rv = ST_OK;
+	struct status st;
+	status_clear(&st);
+	if (dp->on.admit != NULL)
+		rv = dp->on.admit(dp->on.arg, req, &req->header, &st);
+	if (rv == DP_PARKED) /* held: nothing is read until dp_resume */
+		return;
+	if (rv != ST_OK) {
+		conn_refuse_chunk(c, rv, st.message);
+		return;
+	}
+	conn_payload(c);
+}
+
+/* Reads the payload of the admitted chunk into its place or a buffer (or delivers it). */
+static void conn_payload(struct dp_conn *c)
+{
+	struct dataplane *dp = c->dp;
+	struct dp_request *req = c->req;
+	if (req->header.length == 0) {
 		conn_deliver(c);
 		return;
 	}
 	if (dp->on.place != NULL)
 		req->payload = dp->on.place(dp->on.arg, req, &req->header);
 	if (req->payload == NULL) {
-		req->payload = req->buf = pool_get(dp, c->h.length, &req->cap);
+		req->payload = req->buf = pool_get(dp, req->header.length, &req->cap);
 		if (req->buf == NULL) {
-			c->req = NULL;
-			pthread_mutex_lock(&dp->lock);
-			c->held--;
-			c->held_bytes -= c->h.length;
-			pthread_mutex_unlock(&dp->lock);
-			conn_unref(c);
-			free(req);
-			conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory for a chunk");
+			conn_refuse_chunk(c, ST_RESOURCE_EXHAUSTED,
+			                  "out of host memory for a chunk");
 			return;
 		}
 	}
-	reader_read(&c->r, req->payload, c->h.length);
+	reader_read(&c->r, req->payload, req->header.length);
+}
+
+/* Refuses the admitted chunk alone: its payload is skipped and the stream read on. */
+static void conn_refuse_chunk(struct dp_conn *c, int code, const char *message)
+{
+	struct dp_request *req = c->req;
+	c->req = NULL;
+	c->discard = req->header.length;
+	dp_complete(req, code, message);
+	conn_skip(c);
+}
+
+static void conn_resume_cb(void *arg)
+{
+	struct dp_conn *c = arg;
+	if (nng_aio_result(c->resume) != 0 && c->req == NULL)
+		return;
+	if (c->resume_code == ST_OK)
+		conn_payload(c);
+	else
+		conn_refuse_chunk(c, c->resume_code, c->resume_message);
+}
+
+void dp_resume(struct dp_request *req, int code, const char *message)
+{
+	struct dp_conn *c = req->conn;
+	c->resume_code = code;
+	snprintf(c->resume_message, sizeof(c->resume_message), "%s", message ? message : "");
+	nng_sleep_aio(0, c->resume);
 }
 
 static void conn_read_cb(void *arg)
@@ -397,6 +449,9 @@ static void accept_cb(void *arg)
 		if (c == NULL || link_init(&c->ds, &c->w, &c->r, s, conn_read_cb, c) != 0) {
 			free(c);
 			nng_stream_free(s);
+			log_error("data plane: out of memory for a connection");
+		} else if (nng_aio_alloc(&c->resume, conn_resume_cb, c) != 0) {
+			conn_free(c);
 			log_error("data plane: out of memory for a connection");
 		} else {
 			c->dp = dp;

@@ -78,12 +78,29 @@ typedef int (*dp_deliver_fn)(void *arg, struct dp_request *req, const struct dp_
 typedef void *(*dp_place_fn)(void *arg, struct dp_request *req, const struct dp_header *h);
 typedef void (*dp_unplace_fn)(void *arg, struct dp_request *req);
 
+/*
+ * Optional, on an nng thread, once a chunk's header is read and checked, before its payload:
+ * ST_OK reads it on; DP_PARKED holds it unread (nothing more is read from its stream, so its
+ * bytes wait in the sender's memory, until the receiver calls dp_resume); an error code (with
+ * st) refuses the chunk, whose payload is then skipped.
+ */
+typedef int (*dp_admit_fn)(void *arg, struct dp_request *req, const struct dp_header *h,
+                           struct status *st);
+
 struct dp_handlers {
 	dp_deliver_fn deliver;
 	dp_place_fn place;
 	dp_unplace_fn unplace;
+	dp_admit_fn admit;
 	void *arg;
 };
+
+/*
+ * Goes on with a chunk its receiver held (dp_admit_fn): with code ST_OK its payload is read as
+ * if just admitted, else the chunk is refused with message and its payload skipped. Safe under
+ * the receiver's locks: the work runs on an nng thread.
+ */
+void dp_resume(struct dp_request *req, int code, const char *message);
 
 /*
  * Listens on url (tcp://host:0 picks a port; the address bound is written to bound_url, at

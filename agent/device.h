@@ -66,9 +66,9 @@ struct device {
 	struct dataplane *dp;
 	/*
 	 * A step reaches hosts at different times (ExecuteStep prepares and runs at once), so a
-	 * peer's chunks may come before this host prepared their step: they wait here (the data
-	 * plane's credit bounds them) and go to it when it is prepared; any others are refused
-	 * then.
+	 * peer's chunks may come before this host prepared their step: they are held here unread
+	 * (their bytes stay in the sender's memory, and their stream waits) and read when it is
+	 * prepared; any others are refused then.
 	 */
 	struct dp_request **early;
 	int num_early, cap_early;
@@ -150,7 +150,9 @@ int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu
  * (allocated from a). abort drops a prepared step.
  */
 int device_prepare(struct device *dev, const Podemu__Program *prog, struct status *st);
-/* Hands the chunks that came before step s was prepared to it, refusing others. Lock held. */
+/*
+ * Lets the chunks held before step s was prepared be read into it, refusing others. Lock held.
+ */
 void device_adopt_early(struct device *dev, struct step *s);
 /* Refuses every chunk still waiting for its step (the agent stops). Lock held. */
 void device_drop_early(struct device *dev, const char *why);
@@ -170,6 +172,8 @@ int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 /* Data-plane placement into an open receive (dp_place_fn, dp_unplace_fn). */
 void *device_place(void *arg, struct dp_request *req, const struct dp_header *h);
 void device_unplace(void *arg, struct dp_request *req);
+/* A dp_admit_fn: a chunk of a step on its way is held unread until it is prepared. */
+int device_admit(void *arg, struct dp_request *req, const struct dp_header *h, struct status *st);
 
 /* Internal to the agent: the lookup and the executor loop shared by device.c and exec.c. */
 struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle);

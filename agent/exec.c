@@ -45,7 +45,7 @@ void step_destroy(struct device *dev, struct step *s)
 		dev->step = NULL;
 }
 
-/* Refuses the chunks waiting for a step that is not s (NULL: all of them). Lock held. */
+/* Refuses the chunks held for a step that is not s (NULL: all of them). Lock held. */
 static void refuse_early(struct device *dev, const struct step *s, const char *why)
 {
 	int kept = 0;
@@ -54,7 +54,7 @@ static void refuse_early(struct device *dev, const struct step *s, const char *w
 		if (s != NULL && dp_request_header(req)->step_id == s->id)
 			dev->early[kept++] = req;
 		else
-			dp_complete(req, ST_FAILED_PRECONDITION, why);
+			dp_resume(req, ST_FAILED_PRECONDITION, why);
 	}
 	dev->num_early = kept;
 }
@@ -62,15 +62,8 @@ static void refuse_early(struct device *dev, const struct step *s, const char *w
 void device_adopt_early(struct device *dev, struct step *s)
 {
 	refuse_early(dev, s, "its step is not the one this host prepared");
-	for (int i = 0; i < dev->num_early; i++) {
-		struct dp_request *req = dev->early[i];
-		struct status st;
-		status_clear(&st);
-		int rv = coll_enqueue_remote(dev, s, req, dp_request_header(req),
-		                             dp_request_payload(req), &st);
-		if (rv != DP_PARKED)
-			dp_complete(req, rv, st.message);
-	}
+	for (int i = 0; i < dev->num_early; i++)
+		dp_resume(dev->early[i], ST_OK, NULL); /* read now, where the step says */
 	dev->num_early = 0;
 }
 
@@ -82,7 +75,10 @@ void device_drop_early(struct device *dev, const char *why)
 	dev->cap_early = 0;
 }
 
-/* Parks a chunk of a step not prepared here yet. Lock held. */
+/*
+ * Holds a chunk of a step not prepared here yet, unread: its bytes wait in the sender's memory
+ * (and its stream with them) until the step is prepared or dropped. Lock held.
+ */
 static int park_early(struct device *dev, struct dp_request *req, struct status *st)
 {
 	if (dev->num_early == dev->cap_early) {
@@ -133,20 +129,37 @@ int device_abort(struct device *dev, uint64_t step_id, int code, const char *rea
 	return rv;
 }
 
+/* A chunk of a step that is neither prepared here nor on its way. */
+static int no_step(const struct device *dev, const struct dp_header *h, struct status *st)
+{
+	return status_set(st, ST_FAILED_PRECONDITION, "host %d has no step %llu", dev->host_index,
+	                  (unsigned long long)h->step_id);
+}
+
+int device_admit(void *arg, struct dp_request *req, const struct dp_header *h, struct status *st)
+{
+	struct device *dev = arg;
+	pthread_mutex_lock(&dev->lock);
+	int rv = ST_OK;
+	if (dev->step == NULL || dev->step->id != h->step_id) {
+		if (h->step_id != dev->done_step && h->step_id != dev->aborted_step &&
+		    !dev->stopping)
+			rv = park_early(dev, req, st); /* its step is on the way */
+		else
+			rv = no_step(dev, h, st);
+	}
+	pthread_mutex_unlock(&dev->lock);
+	return rv;
+}
+
 int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
                    const void *payload, struct status *st)
 {
 	struct device *dev = arg;
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
-	int rv;
-	if (s != NULL && s->id == h->step_id)
-		rv = coll_enqueue_remote(dev, s, req, h, payload, st);
-	else if (h->step_id != dev->done_step && h->step_id != dev->aborted_step && !dev->stopping)
-		rv = park_early(dev, req, st); /* its step is on the way */
-	else
-		rv = status_set(st, ST_FAILED_PRECONDITION, "host %d has no step %llu",
-		                dev->host_index, (unsigned long long)h->step_id);
+	int rv = s != NULL && s->id == h->step_id ? coll_enqueue_remote(dev, s, req, h, payload, st)
+	                                          : no_step(dev, h, st);
 	if (s != NULL && rv != DP_PARKED)
 		coll_unplace(dev, s, req); /* refused: its receive no longer waits for it */
 	pthread_mutex_unlock(&dev->lock);

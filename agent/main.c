@@ -314,7 +314,8 @@ static int start_host(struct agent_process *p, int i, const char *data_listen,
 	    slot_url(control, sizeof(control), control_listen, i) != 0)
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  "host %d of this process: its port would pass 65535", i);
-	const struct dp_handlers handlers = {agent_deliver, agent_place, agent_unplace, &m->agent};
+	const struct dp_handlers handlers = {agent_deliver, agent_place, agent_unplace, agent_admit,
+	                                     &m->agent};
 	if (dp_start(&m->dp, data, bound, &handlers, st) != ST_OK)
 		return st->code;
 	dp_set_token(m->dp, token);

@@ -43,6 +43,12 @@ void *agent_place(void *arg, struct dp_request *req, const struct dp_header *h)
 	return ag->ready ? device_place(&ag->dev, req, h) : NULL;
 }
 
+int agent_admit(void *arg, struct dp_request *req, const struct dp_header *h, struct status *st)
+{
+	struct agent *ag = arg;
+	return ag->ready ? device_admit(&ag->dev, req, h, st) : not_ready(st);
+}
+
 void agent_unplace(void *arg, struct dp_request *req)
 {
 	struct agent *ag = arg;

@@ -32,6 +32,9 @@ struct sink {
 	int place;     /* hand the data plane sink.buf as the place for payloads */
 	int placed;    /* chunks delivered in place */
 	int unplaced;  /* chunks given up after their place was handed out */
+	int hold;      /* admit: hold chunks unread */
+	struct dp_request *held[4];
+	int num_held;
 };
 
 static int deliver(void *arg, struct dp_request *req, const struct dp_header *h,
@@ -83,6 +86,20 @@ static void unplace(void *arg, struct dp_request *req)
 	pthread_mutex_unlock(&s->lock);
 }
 
+static int admit(void *arg, struct dp_request *req, const struct dp_header *h, struct status *st)
+{
+	struct sink *s = arg;
+	(void)h, (void)st;
+	pthread_mutex_lock(&s->lock);
+	int rv = ST_OK;
+	if (s->hold && s->num_held < 4) {
+		s->held[s->num_held++] = req;
+		rv = DP_PARKED;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rv;
+}
+
 static struct sink sink;
 static struct dataplane *rx, *tx;
 
@@ -92,7 +109,7 @@ static int setup(void **state)
 {
 	struct status st;
 	pthread_mutex_init(&sink.lock, NULL);
-	const struct dp_handlers handlers = {deliver, place, unplace, &sink};
+	const struct dp_handlers handlers = {deliver, place, unplace, admit, &sink};
 	if (dp_start(&rx, "tcp://127.0.0.1:0", rx_url, &handlers, &st) != ST_OK)
 		return -1;
 	if (dp_start(&tx, "tcp://127.0.0.1:0", tx_url, &handlers, &st) != ST_OK)
@@ -118,6 +135,7 @@ static void reset_sink(int ready)
 	sink.bytes = 0;
 	sink.chunks = sink.lasts = sink.num_parked = sink.refuse = 0;
 	sink.place = sink.placed = sink.unplaced = 0;
+	sink.hold = sink.num_held = 0;
 	sink.step = 0;
 	sink.ready = ready;
 	pthread_mutex_unlock(&sink.lock);
@@ -149,7 +167,9 @@ static void test_chunks_arrive_whole(void **state)
 
 struct sender {
 	const char *peer;
+	uint64_t step; /* 0: 2 */
 	int rv;
+	struct status st;
 	unsigned char data[4096];
 };
 
@@ -157,10 +177,74 @@ static void *send_thread(void *arg)
 {
 	struct sender *s = arg;
 	const char *peers[] = {s->peer};
-	struct dp_header h = {.step_id = 2};
-	struct status st;
-	s->rv = dp_send(tx, peers, 1, &h, s->data, sizeof(s->data), 1024, 2, 5000, &st);
+	struct dp_header h = {.step_id = s->step ? s->step : 2};
+	s->rv = dp_send(tx, peers, 1, &h, s->data, sizeof(s->data), 1024, 2, 5000, &s->st);
 	return NULL;
+}
+
+/* Waits up to a second for the receiver to hold n chunks; how many it holds. */
+static int wait_held(int n)
+{
+	int held = 0;
+	for (int i = 0; i < 100 && held < n; i++) {
+		pthread_mutex_lock(&sink.lock);
+		held = sink.num_held;
+		pthread_mutex_unlock(&sink.lock);
+		if (held < n)
+			usleep(10000);
+	}
+	return held;
+}
+
+/*
+ * A chunk its receiver holds (a step not prepared yet) is not read, nor anything behind it on
+ * its stream, until it is resumed: read on, or refused with its payload skipped.
+ */
+static void test_held_chunks_are_read_only_when_resumed(void **state)
+{
+	reset_sink(1);
+	sink.hold = 1;
+	static struct sender s;
+	s = (struct sender){.peer = rx_url, .step = 20};
+	for (size_t i = 0; i < sizeof(s.data); i++)
+		s.data[i] = (unsigned char)(i * 13 + 1);
+	pthread_t t;
+	pthread_create(&t, NULL, send_thread, &s);
+	assert_int_equal(wait_held(1), 1);
+	usleep(50000); /* the second chunk (window 2) is on the stream, not read */
+	pthread_mutex_lock(&sink.lock);
+	assert_int_equal(sink.num_held, 1);
+	assert_int_equal(sink.chunks, 0);
+	sink.hold = 0;
+	struct dp_request *req = sink.held[0];
+	pthread_mutex_unlock(&sink.lock);
+	dp_resume(req, ST_OK, NULL);
+	pthread_join(t, NULL);
+	assert_int_equal(s.rv, ST_OK);
+	assert_int_equal(sink.chunks, 4);
+	assert_memory_equal(sink.buf, s.data, sizeof(s.data));
+
+	/* Refused: the sender hears why, and the stream still frames what comes next. */
+	reset_sink(1);
+	sink.hold = 1;
+	s = (struct sender){.peer = rx_url, .step = 21};
+	pthread_create(&t, NULL, send_thread, &s);
+	assert_int_equal(wait_held(1), 1);
+	pthread_mutex_lock(&sink.lock);
+	sink.hold = 0;
+	sink.step = 22; /* the chunk behind the refused one is late, then */
+	req = sink.held[0];
+	pthread_mutex_unlock(&sink.lock);
+	dp_resume(req, ST_ABORTED, "its step was aborted");
+	pthread_join(t, NULL);
+	assert_int_equal(s.rv, ST_ABORTED);
+	assert_non_null(strstr(s.st.message, "its step was aborted"));
+	unsigned char data[8] = {9, 8, 7, 6, 5, 4, 3, 2};
+	const char *peers[] = {rx_url};
+	struct dp_header h = {.step_id = 22};
+	struct status st;
+	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 64, 2, 5000, &st), ST_OK);
+	assert_memory_equal(sink.buf, data, sizeof(data));
 }
 
 static void test_parked_chunks_wait_for_the_receiver(void **state)
@@ -457,6 +541,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_chunks_arrive_whole),
 	    cmocka_unit_test(test_parked_chunks_wait_for_the_receiver),
+	    cmocka_unit_test(test_held_chunks_are_read_only_when_resumed),
 	    cmocka_unit_test(test_receiver_errors_reach_the_sender),
 	    cmocka_unit_test(test_chunks_need_the_pod_token),
 	    cmocka_unit_test(test_malformed_frames_are_answered),
