@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "clock.h"
-#include "kernels.h"
 #include "coll_run.h"
+#include "kernels.h"
 #include "log.h"
 #include "lower.h"
 

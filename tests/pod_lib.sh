@@ -3,7 +3,13 @@
 # then `pe CMD ARGS...` runs `podemu CMD --state-dir DIR ARGS...` and `fail WHY` exits 1.
 state=$(mktemp -d "/tmp/podemu-$name-XXXXXX")
 cleanup() {
-	"$bin/podemu" down --state-dir "$state" >/dev/null 2>&1 || true
+	# Should `podemu down` itself fail (a binary rebuilt under the test, say), its pid files
+	# still name what to stop.
+	if ! "$bin/podemu" down --state-dir "$state" >/dev/null 2>&1; then
+		for f in "$state"/*.pid; do
+			[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+		done
+	fi
 	rm -rf "$state"
 }
 trap cleanup EXIT
