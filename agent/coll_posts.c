@@ -35,13 +35,12 @@ static bool spans_meet(struct span a, struct span b)
 /* True when phase ph reads or writes any byte of span x. */
 static bool phase_touches(const struct run *r, const Podemu__CollPhase *ph, struct span x)
 {
-	const unsigned char *from =
-	    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
+	const unsigned char *from = send_base(r, ph);
 	bool sends = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY || ph->send_peer >= 0;
 	bool receives = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
 	                ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO || ph->recv_peer >= 0;
 	return (sends && spans_meet(span_of(from, ph->send_block), x)) ||
-	       (receives && spans_meet(span_of(r->out, ph->recv_block), x)) ||
+	       (receives && spans_meet(span_of(recv_base(r, ph), ph->recv_block), x)) ||
 	       (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE &&
 	        spans_meet(span_of(r->in, ph->combine_block), x));
 }
@@ -52,7 +51,7 @@ static void set_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t
 	                                    .coll = r->coll,
 	                                    .src = (uint32_t)ph->recv_peer,
 	                                    .tag = tag,
-	                                    .base = r->out,
+	                                    .base = recv_base(r, ph),
 	                                    .layout = ph->recv_block,
 	                                    .len = layout_len(ph->recv_block)};
 }
@@ -74,7 +73,7 @@ void coll_open_early_posts(struct run *r, const Podemu__CollectiveSchedule *sche
 		uint32_t tag = tags[ph->recv_peer]++;
 		if (!coll_placeable(r, ph))
 			continue;
-		struct span x = span_of(r->out, ph->recv_block);
+		struct span x = span_of(recv_base(r, ph), ph->recv_block);
 		bool free_before = true;
 		for (size_t q = 0; q < k && free_before; q++)
 			free_before = !phase_touches(r, sched->phases[q], x);

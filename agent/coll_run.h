@@ -32,6 +32,7 @@ struct run {
 	uint32_t *recv_tags;    /* [world] */
 	struct dp_chan **chans; /* [hosts] */
 	unsigned char *scratch; /* one chunk in the step's reservation, where the plan put it */
+	unsigned char *work;    /* the work area after the stage slots (COLL_WORK), if any */
 	/* The window's chunks after it, for sends that must stay put until written or taken. */
 	struct stage_slot *stage;
 	int num_stage;
@@ -52,6 +53,20 @@ static inline int host_of(const struct run *r, int ordinal)
 static inline bool is_local(const struct run *r, int ordinal)
 {
 	return host_of(r, ordinal) == r->dev->host_index;
+}
+
+/* The buffer a phase sends from. */
+static inline unsigned char *send_base(const struct run *r, const Podemu__CollPhase *ph)
+{
+	return ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT  ? r->in
+	       : ph->send_buffer == PODEMU__COLL_BUFFER__COLL_WORK ? r->work
+	                                                           : r->out;
+}
+
+/* The buffer a phase's recv_block is in. */
+static inline unsigned char *recv_base(const struct run *r, const Podemu__CollPhase *ph)
+{
+	return ph->recv_work ? r->work : r->out;
 }
 
 /* A phase whose received bytes are copied from a peer agent: they may be read into place. */

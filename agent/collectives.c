@@ -288,7 +288,8 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) {
 		int64_t n_in, n_out;
 		unsigned char *src = block_piece(r->in, ph->combine_block, pos, len, &n_in);
-		unsigned char *dst = block_piece(r->out, ph->recv_block, pos, len, &n_out);
+		unsigned char *dst =
+		    block_piece(recv_base(r, ph), ph->recv_block, pos, len, &n_out);
 		if (n_in == len && n_out == len) {
 			/* Both contiguous: input then received, straight into the output. */
 			if (dst != src)
@@ -299,11 +300,12 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 		/* Through the one-chunk scratch: the input block may alias nothing here. */
 		seq_read(r->scratch, r->in, ph->combine_block, pos, len);
 		kernel_accumulate(r->dtype, r->red, r->scratch, e->payload, len);
-		seq_write(r->out, ph->recv_block, pos, r->scratch, len);
+		seq_write(recv_base(r, ph), ph->recv_block, pos, r->scratch, len);
 	} else if (ph->reduce) {
-		seq_reduce(r->dtype, r->red, r->out, ph->recv_block, pos, e->payload, len);
+		seq_reduce(r->dtype, r->red, recv_base(r, ph), ph->recv_block, pos, e->payload,
+		           len);
 	} else {
-		seq_write(r->out, ph->recv_block, pos, e->payload, len);
+		seq_write(recv_base(r, ph), ph->recv_block, pos, e->payload, len);
 	}
 }
 
@@ -400,7 +402,7 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 		g->recv_len = ph->recv_peer >= 0 ? layout_len(ph->recv_block) : 0;
 		g->stag = g->send_len > 0 ? r->send_tags[ph->send_peer]++ : 0;
 		g->rtag = g->recv_len > 0 ? r->recv_tags[ph->recv_peer]++ : 0;
-		g->send_base = ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
+		g->send_base = send_base(r, ph);
 		if (rv == ST_OK && ph->drain)
 			rv = drain_posts(r, st);
 		/* Copied chunks from a peer agent may go straight into place as they are read. */
@@ -521,17 +523,17 @@ static void local_phase(struct run *r, const Podemu__CollPhase *ph)
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
 		for (int64_t pos = 0; pos < len;) {
 			int64_t n;
-			unsigned char *p = block_piece(r->out, dst, pos, len - pos, &n);
+			unsigned char *p = block_piece(recv_base(r, ph), dst, pos, len - pos, &n);
 			memset(p, 0, (size_t)n);
 			pos += n;
 		}
 		return;
 	}
-	unsigned char *src = ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? r->in : r->out;
+	unsigned char *src = send_base(r, ph);
 	for (int64_t pos = 0; pos < len;) {
 		int64_t n;
 		unsigned char *p = block_piece(src, ph->send_block, pos, len - pos, &n);
-		seq_write(r->out, dst, pos, p, n);
+		seq_write(recv_base(r, ph), dst, pos, p, n);
 		pos += n;
 	}
 }
@@ -577,12 +579,12 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	r.chans = calloc((size_t)dev->num_hosts, sizeof(*r.chans));
 	/*
 	 * It works through the workspace the plan reserved for it: a chunk to combine through,
-	 * then the stage slots.
+	 * then the stage slots, then the work area.
 	 */
 	struct coll_workspace w = lower_node_workspace(
 	    n, sched->group_size, &s->shapes[step_operand(s, node, 0)], &s->shapes[node],
 	    s->chunk_bytes, s->window, s->prog->collective_algorithm);
-	int64_t need = w.combine + w.staging;
+	int64_t need = w.combine + w.staging + w.work;
 	r.scratch = scratch;
 	if (dev->backed && w.staging > 0) {
 		r.num_stage = (int)(w.staging / w.slot);
@@ -600,6 +602,14 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		               (long long)(scratch ? scratch_bytes : 0), (long long)need);
 	for (int j = 0; rv == ST_OK && j < r.num_stage; j++)
 		r.stage[j].p = (unsigned char *)scratch + w.combine + (int64_t)j * w.slot;
+	if (rv == ST_OK && dev->backed && w.work > 0)
+		r.work = (unsigned char *)scratch + w.combine + w.staging;
+	for (size_t k = 0; rv == ST_OK && dev->backed && r.work == NULL && k < sched->n_phases; k++)
+		if (sched->phases[k]->recv_work ||
+		    sched->phases[k]->send_buffer == PODEMU__COLL_BUFFER__COLL_WORK)
+			rv = status_set(st, ST_INVALID_ARGUMENT,
+			                "program: %s needs a work area the plan does not reserve",
+			                sched->algorithm);
 	/* Without it, every chunk from a peer agent is copied by this core. */
 	r.receives = calloc(sched->n_phases + 1, sizeof(*r.receives));
 	if (rv == ST_OK && r.receives != NULL)

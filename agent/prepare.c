@@ -149,12 +149,17 @@ static int check_schedule(struct device *dev, struct step *s, const Podemu__Coll
                           struct status *st)
 {
 	const Podemu__Node *n = s->node_of[cs->node];
-	int64_t in_bytes = shape_bytes(&s->shapes[step_operand(s, cs->node, 0)]);
-	int64_t out_bytes = shape_bytes(&s->shapes[cs->node]);
+	const struct shape *in = &s->shapes[step_operand(s, cs->node, 0)],
+	                   *out = &s->shapes[cs->node];
+	int64_t in_bytes = shape_bytes(in), out_bytes = shape_bytes(out);
+	int64_t work_bytes = lower_node_workspace(n, cs->group_size, in, out, s->chunk_bytes,
+	                                          s->window, s->prog->collective_algorithm)
+	                         .work;
 	for (size_t k = 0; k < cs->n_phases; k++) {
 		const Podemu__CollPhase *ph = cs->phases[k];
-		int64_t src_bytes =
-		    ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT ? in_bytes : out_bytes;
+		int64_t src_bytes = ph->send_buffer == PODEMU__COLL_BUFFER__COLL_INPUT  ? in_bytes
+		                    : ph->send_buffer == PODEMU__COLL_BUFFER__COLL_WORK ? work_bytes
+		                                                                        : out_bytes;
 		bool ok = ph->send_peer >= -1 && ph->send_peer < dev->world_size &&
 		          ph->recv_peer >= -1 && ph->recv_peer < dev->world_size &&
 		          ph->send_peer != cs->ordinal && ph->recv_peer != cs->ordinal;
@@ -166,7 +171,8 @@ static int check_schedule(struct device *dev, struct step *s, const Podemu__Coll
 		if (sends)
 			ok = ok && layout_fits(ph->send_block, src_bytes);
 		if (recvs)
-			ok = ok && layout_fits(ph->recv_block, out_bytes);
+			ok = ok &&
+			     layout_fits(ph->recv_block, ph->recv_work ? work_bytes : out_bytes);
 		if (ok && ph->kind == PODEMU__PHASE_KIND__PHASE_COPY)
 			ok = layout_len(ph->send_block) == layout_len(ph->recv_block);
 		if (ok && ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE && recvs)

@@ -170,6 +170,7 @@ static Podemu__CollPhase *combine(struct builder *b, int send_peer, Podemu__Coll
 #define SPLIT_MAX 1024 /* members of a group that may be split by host */
 #define IN PODEMU__COLL_BUFFER__COLL_INPUT
 #define OUT PODEMU__COLL_BUFFER__COLL_OUTPUT
+#define WORK PODEMU__COLL_BUFFER__COLL_WORK
 
 /*
  * All-gather in place: ring (n-1 phases of one block each), direct (every member sends its
@@ -411,46 +412,6 @@ static void all_gather_hierarchical(struct builder *b, const int64_t *local, int
 }
 
 /*
- * The dimensions of a torus for a group of n members: n's prime factors packed into dimensions
- * of at most TORUS_DIM_SIZE members (a larger prime is a dimension of its own), first dimension
- * fastest over group positions. Every step of a ring moves as many bytes whatever the shape, so
- * small dimensions mean fewer steps: 2048 members are 4 x 4 x 4 x 4 x 4 x 2, 16 phases. Returns
- * how many; fewer than 2 means no torus (a ring is the same).
- */
-#define TORUS_DIMS_MAX 16
-#define TORUS_DIM_SIZE 4
-static int torus_dims(int n, int *f)
-{
-	const int cap = TORUS_DIM_SIZE;
-	int primes[32], np = 0;
-	for (int x = n, q = 2; x > 1 && np < 32; q++) {
-		while (x % q == 0 && np < 32) {
-			primes[np++] = q;
-			x /= q;
-		}
-		if (q * q > x && x > 1) {
-			primes[np++] = x;
-			break;
-		}
-	}
-	int k = 0;
-	for (int i = np - 1; i >= 0; i--) { /* largest first, into the smallest dimension it fits */
-		int best = -1;
-		for (int j = 0; j < k; j++)
-			if (f[j] * primes[i] <= cap && (best < 0 || f[j] < f[best]))
-				best = j;
-		if (best >= 0) {
-			f[best] *= primes[i];
-		} else {
-			if (k == TORUS_DIMS_MAX)
-				return 0;
-			f[k++] = primes[i];
-		}
-	}
-	return k;
-}
-
-/*
  * Torus all-gather: a ring along each dimension in turn. Along dimension i a core passes on
  * the run of blocks it gathered so far (all positions of the dimensions before i, its own in
  * the ones after), so after f_i - 1 steps it holds the run of the next dimension. sum(f_i - 1)
@@ -499,7 +460,7 @@ static void all_reduce_torus(struct builder *b, const int64_t *m, int n, int p, 
                              const struct shape *in)
 {
 	copy_phase(b, IN, whole(b, in), whole(b, in));
-	int below[TORUS_DIMS_MAX + 1];
+	int below[LOWER_TORUS_DIMS_MAX + 1];
 	below[0] = 1;
 	for (int i = 0; i < k; i++)
 		below[i + 1] = below[i] * f[i];
@@ -535,6 +496,64 @@ static void all_reduce_torus(struct builder *b, const int64_t *m, int n, int p, 
 			first = false;
 		}
 	}
+}
+
+/*
+ * Torus reduce-scatter of contiguous blocks (the dimensions taken from the smallest, so that the
+ * slowest is the largest): a ring reduce-scatter along the slowest dimension combines the
+ * received partial sums of runs of n/f blocks with the input into the work area, one run
+ * (lower_workspace's `work`); then, as the all-reduce's first half, a ring along each other
+ * dimension reduces ever smaller runs in place there, and block p, summed over the group, is
+ * copied out. sum(f_i - 1) + 1 phases instead of n - 1; the work area is 1/f of the input.
+ */
+static void reduce_scatter_torus(struct builder *b, const int64_t *m, int n, int p, int d,
+                                 const int *dims, int k, const struct shape *in,
+                                 const struct shape *out)
+{
+	int f[LOWER_TORUS_DIMS_MAX], below[LOWER_TORUS_DIMS_MAX + 1];
+	memcpy(f, dims, (size_t)k * sizeof(int));
+	for (int i = 1; i < k; i++) /* ascending: the largest slowest */
+		for (int j = i; j > 0 && f[j - 1] > f[j]; j--) {
+			int t = f[j];
+			f[j] = f[j - 1];
+			f[j - 1] = t;
+		}
+	below[0] = 1;
+	for (int i = 0; i < k; i++)
+		below[i + 1] = below[i] * f[i];
+	int64_t part, full, outer;
+	split_sizes(in, d, n, &part, &full, &outer);
+	/* Blocks j .. j+count-1: of the input, or of the work area (holding run `origin`). */
+#define RUN(j, count, origin) layout(b, ((j) - (origin)) * part, (count)*part, (count)*part, 1)
+	int top = k - 1, fk = f[top], R = below[top];
+	int digit = p / R, low = p % R, origin = digit * R;
+	int next = MOD(digit + 1, fk) * R + low, prev = MOD(digit - 1, fk) * R + low;
+	for (int s = 0; s < fk - 1; s++) {
+		Podemu__CollPhase *ph = combine(
+		    b, (int)m[next], s == 0 ? IN : WORK,
+		    s == 0 ? RUN(MOD(digit - 1, fk) * R, R, 0) : RUN(origin, R, origin),
+		    (int)m[prev], RUN(origin, R, origin), RUN(MOD(digit - s - 2, fk) * R, R, 0));
+		if (ph != NULL) {
+			ph->recv_work = 1;
+			ph->stage = s > 0; /* it sends the run it then receives into */
+		}
+	}
+	for (int i = top - 1; i >= 0; i--) {
+		int di = p / below[i] % f[i], base = p - p % below[i + 1], lo = p % below[i];
+		int nx = base + MOD(di + 1, f[i]) * below[i] + lo;
+		int pv = base + MOD(di - 1, f[i]) * below[i] + lo;
+		for (int s = 0; s < f[i] - 1; s++) {
+			Podemu__CollPhase *ph = exchange(
+			    b, (int)m[nx], WORK,
+			    RUN(base + MOD(di - s - 1, f[i]) * below[i], below[i], origin),
+			    (int)m[pv],
+			    RUN(base + MOD(di - s - 2, f[i]) * below[i], below[i], origin), 1);
+			if (ph != NULL)
+				ph->recv_work = 1;
+		}
+	}
+	copy_phase(b, WORK, RUN(p, 1, origin), whole(b, out));
+#undef RUN
 }
 
 static void all_to_all(struct builder *b, const int64_t *m, int n, int p, int sd, int cd,
@@ -634,7 +653,7 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				                             &H, &lp, &h) &&
 				               L > 1 && H > 1;
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
-				int f[TORUS_DIMS_MAX], k = torus_dims(n, f);
+				int f[LOWER_TORUS_DIMS_MAX], k = lower_torus_dims(n, f);
 				algo = lower_choose(op, n, shape_bytes(in), one_host, layered,
 				                    blocks_contiguous(res, d), k > 1,
 				                    forced_algorithm);
@@ -651,6 +670,8 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				else if (op == OP_ALL_GATHER)
 					all_gather(&b, m, n, p, d, in, res,
 					           strcmp(algo, "direct") == 0, doubling);
+				else if (op == OP_REDUCE_SCATTER && strcmp(algo, "torus") == 0)
+					reduce_scatter_torus(&b, m, n, p, d, f, k, in, res);
 				else if (op == OP_REDUCE_SCATTER)
 					reduce_scatter(&b, m, n, p, d, in, res);
 				else if (hier)

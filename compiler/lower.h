@@ -39,6 +39,8 @@
  * fewer steps.
  */
 #define LOWER_TORUS_MEMBERS 64
+#define LOWER_TORUS_DIMS_MAX 16
+#define LOWER_TORUS_DIM_SIZE 4
 
 /*
  * Schedules of host `host`'s cores (of cores_per_host each, world cores in all) for every
@@ -51,6 +53,16 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
                       const Podemu__Graph *g, const struct shape *shapes, int world,
                       int cores_per_host, int host, const char *forced_algorithm,
                       struct status *st);
+
+/*
+ * The dimensions of a torus for a group of n members: n's prime factors packed into dimensions
+ * of at most LOWER_TORUS_DIM_SIZE members (a larger prime is a dimension of its own), first
+ * dimension fastest over group positions, into f[LOWER_TORUS_DIMS_MAX]. Every step of a ring
+ * moves as many bytes whatever the shape, so small dimensions mean fewer steps: 2048 members
+ * are 4 x 4 x 4 x 4 x 4 x 2, 16 phases. Returns how many; fewer than 2 means no torus (a ring
+ * is the same).
+ */
+int lower_torus_dims(int n, int *f);
 
 /*
  * The algorithm of op over a group of n members of bytes each (its operand), from the group's
@@ -66,12 +78,14 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bo
  * a chunk to combine received partials with its input through (the reducing collectives), then
  * `window` chunks for sends whose bytes must stay put until the peer has them: those a phase
  * overwrites in place (a ring reduce-scatter, a recursive-doubling all-reduce) and those
- * gathered from strided rows.
+ * gathered from strided rows; then, for a reduce-scatter that may go around a torus, its work
+ * area.
  */
 struct coll_workspace {
 	int64_t combine;
 	int64_t staging; /* window slots of slot bytes */
 	int64_t slot;
+	int64_t work; /* a torus reduce-scatter's partial sums: one run of its largest dimension */
 };
 
 /*

@@ -7,6 +7,36 @@
 #include "collective.h"
 #include "lower.h"
 
+int lower_torus_dims(int n, int *f)
+{
+	const int cap = LOWER_TORUS_DIM_SIZE;
+	int primes[32], np = 0;
+	for (int x = n, q = 2; x > 1 && np < 32; q++) {
+		while (x % q == 0 && np < 32) {
+			primes[np++] = q;
+			x /= q;
+		}
+		if (q * q > x && x > 1) {
+			primes[np++] = x;
+			break;
+		}
+	}
+	int k = 0;
+	for (int i = np - 1; i >= 0; i--) { /* largest first, into the smallest dimension it fits */
+		int best = -1;
+		for (int j = 0; j < k; j++)
+			if (f[j] * primes[i] <= cap && (best < 0 || f[j] < f[best]))
+				best = j;
+		if (best >= 0) {
+			f[best] *= primes[i];
+		} else {
+			if (k == LOWER_TORUS_DIMS_MAX)
+				return 0;
+			f[k++] = primes[i];
+		}
+	}
+	return k;
+}
 /* An all-reduce that goes by recursive doubling when its group's size is a power of two. */
 static bool all_reduce_may_double(int64_t bytes, const char *forced)
 {
@@ -42,6 +72,17 @@ struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, i
 	int64_t most = op == OP_ALL_REDUCE                              ? in_bytes
 	               : op == OP_REDUCE_SCATTER || op == OP_ALL_TO_ALL ? in_bytes / n
 	                                                                : out_bytes;
+	/* A torus reduce-scatter sums the runs of its largest dimension first (lower.c). */
+	int f[LOWER_TORUS_DIMS_MAX], k;
+	bool forced_torus = forced_algorithm != NULL && strcmp(forced_algorithm, "torus") == 0;
+	if (op == OP_REDUCE_SCATTER && !strided && (n > LOWER_TORUS_MEMBERS || forced_torus) &&
+	    (k = lower_torus_dims(n, f)) > 1) {
+		int largest = 1;
+		for (int i = 0; i < k; i++)
+			largest = f[i] > largest ? f[i] : largest;
+		w.work = in_bytes / n * (n / largest);
+		most = w.work;
+	}
 	if (stages && most > 0) {
 		w.slot = most < chunk_bytes ? most : chunk_bytes;
 		w.staging = w.slot * (window > 0 ? window : 1);
@@ -87,6 +128,7 @@ int lower_node_workspace_max(struct coll_workspace *w, const Podemu__Graph *g,
 		w->combine = x.combine > w->combine ? x.combine : w->combine;
 		w->staging = x.staging > w->staging ? x.staging : w->staging;
 		w->slot = x.slot > w->slot ? x.slot : w->slot;
+		w->work = x.work > w->work ? x.work : w->work;
 	}
 	coll_groups_free(&groups);
 	return ST_OK;
@@ -97,8 +139,9 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bo
 {
 	int pow2 = n > 0 && (n & (n - 1)) == 0;
 	if (forced != NULL && forced[0] != '\0') {
-		if (strcmp(forced, "torus") == 0 && (op == OP_ALL_GATHER || op == OP_ALL_REDUCE) &&
-		    torus)
+		if (strcmp(forced, "torus") == 0 && torus &&
+		    (op == OP_ALL_GATHER || op == OP_ALL_REDUCE ||
+		     (op == OP_REDUCE_SCATTER && contiguous)))
 			return "torus";
 		if (strcmp(forced, "hierarchical") == 0 &&
 		    (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) && layered)
@@ -136,6 +179,9 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bo
 		if (torus && n > LOWER_TORUS_MEMBERS && !one_host)
 			return "torus";
 		return one_host ? "ring+direct" : layered ? "hierarchical" : "ring";
+	case OP_REDUCE_SCATTER:
+		return torus && contiguous && n > LOWER_TORUS_MEMBERS && !one_host ? "torus"
+		                                                                   : "ring";
 
 	case OP_ALL_TO_ALL:
 	case OP_COLLECTIVE_PERMUTE:
