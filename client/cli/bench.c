@@ -173,7 +173,7 @@ struct row {
 /* Runs one op at one size; fills row. Returns 0, or -1 after printing an error. */
 static int run_one(pe_client *c, const struct bench_options *o, const struct bench_dtype *t,
                    enum bench_op op, int64_t bytes, const pe_groups *g,
-                   const struct member_groups *mg, struct row *row)
+                   const struct member_groups *mg, bool no_bytes, struct row *row)
 {
 	int world = pe_world_size(c), n = mg->n;
 	/* Per-core input elements such that `bytes` is what nccl-tests calls the size: the
@@ -186,16 +186,21 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 	else
 		in_elems = elems > 0 ? elems : 1;
 	int64_t out_elems = op == B_AG ? in_elems * n : op == B_RS ? in_elems / n : in_elems;
-	unsigned char **data = calloc((size_t)world, sizeof(*data));
-	for (int r = 0; r < world; r++) {
-		data[r] = malloc((size_t)in_elems * (size_t)t->size);
-		for (int64_t i = 0; i < in_elems; i++)
-			dtype_store(t->dtype, data[r], i, value(r, i));
+	pe_tensor *x;
+	if (no_bytes) { /* nothing to hold them: the input is made on the pod */
+		x = pe_full(c, t->dtype, &in_elems, 1, 1.0);
+	} else {
+		unsigned char **data = calloc((size_t)world, sizeof(*data));
+		for (int r = 0; r < world; r++) {
+			data[r] = malloc((size_t)in_elems * (size_t)t->size);
+			for (int64_t i = 0; i < in_elems; i++)
+				dtype_store(t->dtype, data[r], i, value(r, i));
+		}
+		x = pe_upload(c, t->dtype, &in_elems, 1, (const void *const *)data);
+		for (int r = 0; r < world; r++)
+			free(data[r]);
+		free(data);
 	}
-	pe_tensor *x = pe_upload(c, t->dtype, &in_elems, 1, (const void *const *)data);
-	for (int r = 0; r < world; r++)
-		free(data[r]);
-	free(data);
 	if (x == NULL) {
 		fprintf(stderr, "podemu bench: upload: %s\n", pe_last_error(c));
 		return -1;
@@ -334,7 +339,8 @@ int bench_run(pe_client *c, const struct bench_options *o)
 			struct row row;
 			progress_show("podemu bench: row %d of %d (%s, %lld bytes)", ++done, rows,
 			              op_names[k], (long long)bytes);
-			int failed = run_one(c, o, t, (enum bench_op)k, bytes, g, &mg, &row);
+			int failed =
+			    run_one(c, o, t, (enum bench_op)k, bytes, g, &mg, no_bytes, &row);
 			progress_clear();
 			if (failed != 0) {
 				rc = 1;
