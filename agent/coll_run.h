@@ -31,7 +31,6 @@ struct run {
 	uint32_t *send_tags;    /* [world] */
 	uint32_t *recv_tags;    /* [world] */
 	struct dp_chan **chans; /* [hosts] */
-	unsigned char *scratch; /* one chunk in the step's reservation, where the plan put it */
 	unsigned char *work;    /* the work area after the stage slots (COLL_WORK), if any */
 	/* The window's chunks after it, for sends that must stay put until written or taken. */
 	struct stage_slot *stage;

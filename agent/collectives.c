@@ -286,21 +286,24 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 		return;
 	int64_t pos = (int64_t)e->h.offset, len = (int64_t)e->h.length;
 	if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) {
-		int64_t n_in, n_out;
-		unsigned char *src = block_piece(r->in, ph->combine_block, pos, len, &n_in);
-		unsigned char *dst =
-		    block_piece(recv_base(r, ph), ph->recv_block, pos, len, &n_out);
-		if (n_in == len && n_out == len) {
-			/* Both contiguous: input then received, straight into the output. */
+		/*
+		 * Input then received, straight into the output, run by run where both are
+		 * contiguous (an output in the input's bytes has the same layout: each run is its
+		 * own).
+		 */
+		const unsigned char *got = e->payload;
+		for (int64_t at = 0; at < len;) {
+			int64_t n_in, n_out;
+			unsigned char *src =
+			    block_piece(r->in, ph->combine_block, pos + at, len - at, &n_in);
+			unsigned char *dst = block_piece(recv_base(r, ph), ph->recv_block, pos + at,
+			                                 len - at, &n_out);
+			int64_t n = n_in < n_out ? n_in : n_out;
 			if (dst != src)
-				memmove(dst, src, (size_t)len);
-			kernel_accumulate(r->dtype, r->red, dst, e->payload, len);
-			return;
+				memmove(dst, src, (size_t)n);
+			kernel_accumulate(r->dtype, r->red, dst, got + at, n);
+			at += n;
 		}
-		/* Through the one-chunk scratch: the input block may alias nothing here. */
-		seq_read(r->scratch, r->in, ph->combine_block, pos, len);
-		kernel_accumulate(r->dtype, r->red, r->scratch, e->payload, len);
-		seq_write(recv_base(r, ph), ph->recv_block, pos, r->scratch, len);
 	} else if (ph->reduce) {
 		seq_reduce(r->dtype, r->red, recv_base(r, ph), ph->recv_block, pos, e->payload,
 		           len);
@@ -577,15 +580,11 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	r.send_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.recv_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.chans = calloc((size_t)dev->num_hosts, sizeof(*r.chans));
-	/*
-	 * It works through the workspace the plan reserved for it: a chunk to combine through,
-	 * then the stage slots, then the work area.
-	 */
+	/* It works through the workspace the plan reserved for it: stage slots, then work area. */
 	struct coll_workspace w = lower_node_workspace(
 	    n, sched->group_size, &s->shapes[step_operand(s, node, 0)], &s->shapes[node],
 	    s->chunk_bytes, s->window, s->prog->collective_algorithm);
-	int64_t need = w.combine + w.staging + w.work;
-	r.scratch = scratch;
+	int64_t need = w.staging + w.work;
 	if (dev->backed && w.staging > 0) {
 		r.num_stage = (int)(w.staging / w.slot);
 		r.stage_bytes = w.slot;
@@ -601,9 +600,9 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		               "the %lld it works through",
 		               (long long)(scratch ? scratch_bytes : 0), (long long)need);
 	for (int j = 0; rv == ST_OK && j < r.num_stage; j++)
-		r.stage[j].p = (unsigned char *)scratch + w.combine + (int64_t)j * w.slot;
+		r.stage[j].p = (unsigned char *)scratch + (int64_t)j * w.slot;
 	if (rv == ST_OK && dev->backed && w.work > 0)
-		r.work = (unsigned char *)scratch + w.combine + w.staging;
+		r.work = (unsigned char *)scratch + w.staging;
 	for (size_t k = 0; rv == ST_OK && dev->backed && r.work == NULL && k < sched->n_phases; k++)
 		if (sched->phases[k]->recv_work ||
 		    sched->phases[k]->send_buffer == PODEMU__COLL_BUFFER__COLL_WORK)

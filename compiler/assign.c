@@ -575,7 +575,7 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	out->sent_by_op[op] = layout_add(out->sent_by_op[op], sent);
 	struct coll_workspace w =
 	    hlo_collective_workspace(in, size, o->chunk_bytes, o->window, o->collective_algorithm);
-	int64_t need = w.combine + w.staging + w.work;
+	int64_t need = w.staging + w.work;
 	if (need > x->coll_scratch[at]) { /* a merged collective shares one workspace */
 		x->scratch[at] += need - x->coll_scratch[at];
 		x->coll_scratch[at] = need;

@@ -74,15 +74,14 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bo
                          bool contiguous, bool torus, const char *forced);
 
 /*
- * What one core works through while a collective runs, in its part of the reservation: first
- * a chunk to combine received partials with its input through (the reducing collectives), then
- * `window` chunks for sends whose bytes must stay put until the peer has them: those a phase
- * overwrites in place (a ring reduce-scatter, a recursive-doubling all-reduce) and those
- * gathered from strided rows; then, for a reduce-scatter that may go around a torus, its work
- * area.
+ * What one core works through while a collective runs, in its part of the reservation, besides
+ * its input and output (received partial sums are combined with the input straight into the
+ * output): `window` chunks for sends whose bytes must stay put until the peer has them (those a
+ * phase overwrites in place, as a ring reduce-scatter's and a recursive-doubling all-reduce's,
+ * and those gathered from strided rows), then, for a reduce-scatter that may go around a torus,
+ * its work area.
  */
 struct coll_workspace {
-	int64_t combine;
 	int64_t staging; /* window slots of slot bytes */
 	int64_t slot;
 	int64_t work; /* a torus reduce-scatter's partial sums: one run of its largest dimension */

@@ -59,9 +59,6 @@ struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, i
 	struct coll_workspace w = {0};
 	if (n <= 1 || op == OP_COLLECTIVE_PERMUTE || chunk_bytes <= 0)
 		return w;
-	bool reduces = op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER;
-	if (reduces)
-		w.combine = in_bytes < chunk_bytes ? in_bytes : chunk_bytes;
 	/*
 	 * A small all-reduce may go by recursive doubling; whether its group's size is a power
 	 * of two is left out, so that a plan sized by the largest of unequal groups serves all.
@@ -125,7 +122,6 @@ int lower_node_workspace_max(struct coll_workspace *w, const Podemu__Graph *g,
 	for (int k = 0; k < groups.num_groups; k++) {
 		struct coll_workspace x = lower_node_workspace(
 		    n, groups.size[k], in, out, chunk_bytes, window, forced_algorithm);
-		w->combine = x.combine > w->combine ? x.combine : w->combine;
 		w->staging = x.staging > w->staging ? x.staging : w->staging;
 		w->slot = x.slot > w->slot ? x.slot : w->slot;
 		w->work = x.work > w->work ? x.work : w->work;

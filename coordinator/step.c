@@ -119,7 +119,7 @@ static int node_scratch(int64_t **out, const struct coordinator *co, struct aren
 		                                  co->collective_algorithm, st);
 		if (rv != ST_OK)
 			return rv;
-		scratch[i] = w.combine + w.staging + w.work;
+		scratch[i] = w.staging + w.work;
 	}
 	*out = scratch;
 	return ST_OK;
