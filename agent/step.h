@@ -164,8 +164,8 @@ void step_free_outputs(struct device *dev, struct step *s);
 void step_destroy(struct device *dev, struct step *s);
 
 /*
- * Runs core c's schedule for collective node `node` of s; a reducing one combines through
- * scratch (scratch_bytes of the reservation where the plan put them).
+ * Runs core c's schedule for collective node `node` of s, through its workspace (scratch_bytes
+ * of the reservation where the plan put them).
  */
 int coll_run(struct device *dev, struct step *s, struct core *c, int node, void *scratch,
              int64_t scratch_bytes, struct status *st);

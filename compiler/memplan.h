@@ -74,7 +74,7 @@ struct comp_plan {
 	int *n_values;      /* [instruction]: buffers of its value */
 	int **values;       /* [instruction][k]: buffer indices */
 	int64_t *callee_at; /* [instruction]: offset of its callee's heap, or -1 */
-	/* [instruction]: a reducing collective's scratch chunk in the heap (offset -1: none) */
+	/* [instruction]: a collective's workspace in the heap (offset -1: none) */
 	int64_t *scratch_at, *scratch_bytes;
 	int64_t heap; /* bytes of this computation's heap (its temporaries by liveness) */
 };
