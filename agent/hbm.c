@@ -42,14 +42,20 @@ static int node_room(struct hbm *h)
 	return 0;
 }
 
-/* A new segment [a, b) linked after prev (0: first); node_room must have succeeded. */
-static int node_new(struct hbm *h, int64_t a, int64_t b, bool gap, int prev)
+/* A node off the pool; node_room must have succeeded. */
+static int node_take(struct hbm *h)
 {
 	int i = h->free_node;
 	if (i != 0)
 		h->free_node = node(h, i)->next;
 	else
 		i = ++h->num_nodes;
+	return i;
+}
+
+/* Node i becomes segment [a, b), linked after prev (0: first). */
+static int node_link(struct hbm *h, int i, int64_t a, int64_t b, bool gap, int prev)
+{
 	h->seed = h->seed * 1664525u + 1013904223u;
 	int next = prev != 0 ? node(h, prev)->next : h->first;
 	*node(h, i) = (struct hbm_node){
@@ -63,6 +69,18 @@ static int node_new(struct hbm *h, int64_t a, int64_t b, bool gap, int prev)
 	return i;
 }
 
+/* A new segment [a, b) linked after prev (0: first); node_room must have succeeded. */
+static int node_new(struct hbm *h, int64_t a, int64_t b, bool gap, int prev)
+{
+	return node_link(h, node_take(h), a, b, gap, prev);
+}
+
+static void node_put(struct hbm *h, int i)
+{
+	node(h, i)->next = h->free_node;
+	h->free_node = i;
+}
+
 /* Takes segment i out of the address order; its node is free again. */
 static void node_unlink(struct hbm *h, int i)
 {
@@ -73,8 +91,7 @@ static void node_unlink(struct hbm *h, int i)
 		h->first = n->next;
 	if (n->next != 0)
 		node(h, n->next)->prev = n->prev;
-	n->next = h->free_node;
-	h->free_node = i;
+	node_put(h, i);
 }
 
 /* ---- Treaps of gaps: every operation takes O(log n) expected ---- */
@@ -466,9 +483,10 @@ int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
 		                  status_human_bytes(reserved, h->reserved),
 		                  status_human_bytes(reservable_text, limit));
 	}
-	/* Releasing it cannot fail: the node it may need is had now. */
+	/* Releasing it cannot fail: the node it may need is set aside now. */
 	if (node_room(h) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	h->spare = node_take(h);
 	/* The bottom gap, [0, limit), gives up its first need bytes. */
 	int g = h->first;
 	if (node(h, g)->b > need) {
@@ -493,10 +511,13 @@ void hbm_release_reservation(struct hbm *h)
 	h->reserved = 0;
 	h->used -= was;
 	int g = h->first;
-	if (g != 0 && node(h, g)->gap)
+	if (g != 0 && node(h, g)->gap) {
 		gap_resize(h, g, 0, node(h, g)->b);
-	else
-		gap_add(h, node_new(h, 0, was, true, 0));
+		node_put(h, h->spare);
+	} else {
+		gap_add(h, node_link(h, h->spare, 0, was, true, 0));
+	}
+	h->spare = 0;
 	hbm_discard(h, was);
 }
 

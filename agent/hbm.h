@@ -66,6 +66,7 @@ struct hbm {
 	struct hbm_node *nodes;
 	int num_nodes, cap_nodes;
 	int free_node; /* a free list through next */
+	int spare;     /* a node set aside for the reservation's release */
 	int first;     /* the lowest segment */
 	int big;       /* root of the treap of gaps past HBM_BINS granules, by (size, end) */
 	int *bins;     /* [HBM_BINS]: roots of the treaps of gaps of one size, by end, or NULL */

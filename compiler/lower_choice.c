@@ -37,6 +37,7 @@ int lower_torus_dims(int n, int *f)
 	}
 	return k;
 }
+
 /* An all-reduce that goes by recursive doubling when its group's size is a power of two. */
 static bool all_reduce_may_double(int64_t bytes, const char *forced)
 {

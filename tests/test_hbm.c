@@ -106,6 +106,37 @@ static void test_reservation_fails_when_fragmented(void **state)
 	hbm_destroy(&h);
 }
 
+/*
+ * A reservation that takes the whole bottom gap is released into a gap of its own whatever was
+ * allocated meanwhile (however full the heap's bookkeeping got): it needs nothing then.
+ */
+static void test_releasing_a_reservation_needs_nothing(void **state)
+{
+	(void)state;
+	for (int k = 0; k < 300; k++) {
+		struct hbm h;
+		struct status st;
+		int64_t top, low, at;
+		assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);
+		assert_int_equal(hbm_alloc(&h, 8 * MiB, &top, &st), ST_OK); /* [56, 64) */
+		assert_int_equal(hbm_alloc(&h, 8 * MiB, &low, &st), ST_OK); /* [48, 56) */
+		assert_int_equal(hbm_free(&h, top), ST_OK);
+		assert_int_equal(hbm_reserve_bottom(&h, 48 * MiB, &st), ST_OK);
+		for (int i = 0; i < k; i++) /* each splits the top gap */
+			assert_int_equal(hbm_alloc(&h, 4096, &at, &st), ST_OK);
+		hbm_release_reservation(&h);
+		struct hbm_stats s;
+		hbm_get_stats(&h, &s);
+		assert_int_equal(s.bytes_reserved, 0);
+		assert_int_equal(s.bytes_in_use, 8 * MiB + (int64_t)k * 4096);
+		assert_int_equal(s.bytes_reservable_limit, 48 * MiB);
+		assert_int_equal(s.largest_free_block_bytes, 48 * MiB);
+		assert_int_equal(hbm_alloc(&h, 48 * MiB, &at, &st), ST_OK);
+		assert_int_equal(at, 0);
+		hbm_destroy(&h);
+	}
+}
+
 static void test_statistics(void **state)
 {
 	struct hbm h;
@@ -281,6 +312,7 @@ int main(void)
 	    cmocka_unit_test(test_allocation_failure_text),
 	    cmocka_unit_test(test_reservation_fails_when_fragmented),
 	    cmocka_unit_test(test_statistics),
+	    cmocka_unit_test(test_releasing_a_reservation_needs_nothing),
 	    cmocka_unit_test(test_backing_holds_bytes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
