@@ -412,6 +412,32 @@ static void all_gather_hierarchical(struct builder *b, const int64_t *local, int
 }
 
 /*
+ * A torus of dimensions f (k of them): below[i] is how many positions the dimensions before i
+ * span (below[k] = n).
+ */
+static void torus_below(const int *f, int k, int *below)
+{
+	below[0] = 1;
+	for (int i = 0; i < k; i++)
+		below[i + 1] = below[i] * f[i];
+}
+
+/*
+ * Position p's ring along dimension i: its digit there, the first position of its run of that
+ * dimension (digits i and before zero), and the positions after and before it on the ring.
+ */
+struct torus_ring {
+	int digit, base, next, prev;
+};
+
+static struct torus_ring torus_ring(int p, const int *f, const int *below, int i)
+{
+	int digit = p / below[i] % f[i], base = p - p % below[i + 1], low = p % below[i];
+	return (struct torus_ring){digit, base, base + MOD(digit + 1, f[i]) * below[i] + low,
+	                           base + MOD(digit - 1, f[i]) * below[i] + low};
+}
+
+/*
  * Torus all-gather: a ring along each dimension in turn. Along dimension i a core passes on
  * the run of blocks it gathered so far (all positions of the dimensions before i, its own in
  * the ones after), so after f_i - 1 steps it holds the run of the next dimension. sum(f_i - 1)
@@ -421,21 +447,19 @@ static void all_gather_torus(struct builder *b, const int64_t *m, int n, int p, 
                              int k, const struct shape *in, const struct shape *out)
 {
 	copy_phase(b, IN, whole(b, in), split_block(b, out, d, n, p));
-	int below = 1; /* positions of the dimensions before i */
+	int below[LOWER_TORUS_DIMS_MAX + 1];
+	torus_below(f, k, below);
 	for (int i = 0; i < k; i++) {
-		int digit = p / below % f[i];
-		int base = p - p % (below * f[i]); /* digit i and those before it zero */
-		int next = base + MOD(digit + 1, f[i]) * below + p % below;
-		int prev = base + MOD(digit - 1, f[i]) * below + p % below;
+		struct torus_ring t = torus_ring(p, f, below, i);
 		for (int s = 0; s < f[i] - 1; s++)
-			exchange(
-			    b, (int)m[next], OUT,
-			    split_range(b, out, d, n, base + MOD(digit - s, f[i]) * below, below),
-			    (int)m[prev],
-			    split_range(b, out, d, n, base + MOD(digit - s - 1, f[i]) * below,
-			                below),
-			    0);
-		below *= f[i];
+			exchange(b, (int)m[t.next], OUT,
+			         split_range(b, out, d, n,
+			                     t.base + MOD(t.digit - s, f[i]) * below[i], below[i]),
+			         (int)m[t.prev],
+			         split_range(b, out, d, n,
+			                     t.base + MOD(t.digit - s - 1, f[i]) * below[i],
+			                     below[i]),
+			         0);
 	}
 }
 
@@ -461,34 +485,30 @@ static void all_reduce_torus(struct builder *b, const int64_t *m, int n, int p, 
 {
 	copy_phase(b, IN, whole(b, in), whole(b, in));
 	int below[LOWER_TORUS_DIMS_MAX + 1];
-	below[0] = 1;
-	for (int i = 0; i < k; i++)
-		below[i + 1] = below[i] * f[i];
+	torus_below(f, k, below);
 	for (int i = k - 1; i >= 0; i--) {
-		int digit = p / below[i] % f[i], base = p - p % below[i + 1], low = p % below[i];
-		int next = base + MOD(digit + 1, f[i]) * below[i] + low;
-		int prev = base + MOD(digit - 1, f[i]) * below[i] + low;
+		struct torus_ring t = torus_ring(p, f, below, i);
 		for (int s = 0; s < f[i] - 1; s++)
-			exchange(b, (int)m[next], OUT,
-			         flat_range(b, in, n, base + MOD(digit - s - 1, f[i]) * below[i],
-			                    below[i]),
-			         (int)m[prev],
-			         flat_range(b, in, n, base + MOD(digit - s - 2, f[i]) * below[i],
-			                    below[i]),
-			         1);
+			exchange(
+			    b, (int)m[t.next], OUT,
+			    flat_range(b, in, n, t.base + MOD(t.digit - s - 1, f[i]) * below[i],
+			               below[i]),
+			    (int)m[t.prev],
+			    flat_range(b, in, n, t.base + MOD(t.digit - s - 2, f[i]) * below[i],
+			               below[i]),
+			    1);
 	}
 	/* The gather half rewrites runs the reduce half sent: local cores must have taken them. */
 	bool first = true;
 	for (int i = 0; i < k; i++) {
-		int digit = p / below[i] % f[i], base = p - p % below[i + 1], low = p % below[i];
-		int next = base + MOD(digit + 1, f[i]) * below[i] + low;
-		int prev = base + MOD(digit - 1, f[i]) * below[i] + low;
+		struct torus_ring t = torus_ring(p, f, below, i);
 		for (int s = 0; s < f[i] - 1; s++) {
 			Podemu__CollPhase *ph = exchange(
-			    b, (int)m[next], OUT,
-			    flat_range(b, in, n, base + MOD(digit - s, f[i]) * below[i], below[i]),
-			    (int)m[prev],
-			    flat_range(b, in, n, base + MOD(digit - s - 1, f[i]) * below[i],
+			    b, (int)m[t.next], OUT,
+			    flat_range(b, in, n, t.base + MOD(t.digit - s, f[i]) * below[i],
+			               below[i]),
+			    (int)m[t.prev],
+			    flat_range(b, in, n, t.base + MOD(t.digit - s - 1, f[i]) * below[i],
 			               below[i]),
 			    0);
 			if (ph != NULL && first)
@@ -514,40 +534,38 @@ static void reduce_scatter_torus(struct builder *b, const int64_t *m, int n, int
 	memcpy(f, dims, (size_t)k * sizeof(int));
 	for (int i = 1; i < k; i++) /* ascending: the largest slowest */
 		for (int j = i; j > 0 && f[j - 1] > f[j]; j--) {
-			int t = f[j];
+			int x = f[j];
 			f[j] = f[j - 1];
-			f[j - 1] = t;
+			f[j - 1] = x;
 		}
-	below[0] = 1;
-	for (int i = 0; i < k; i++)
-		below[i + 1] = below[i] * f[i];
+	torus_below(f, k, below);
 	int64_t part, full, outer;
 	split_sizes(in, d, n, &part, &full, &outer);
 	/* Blocks j .. j+count-1: of the input, or of the work area (holding run `origin`). */
 #define RUN(j, count, origin) layout(b, ((j) - (origin)) * part, (count)*part, (count)*part, 1)
 	int top = k - 1, fk = f[top], R = below[top];
-	int digit = p / R, low = p % R, origin = digit * R;
-	int next = MOD(digit + 1, fk) * R + low, prev = MOD(digit - 1, fk) * R + low;
+	struct torus_ring t = torus_ring(p, f, below, top);
+	int origin = t.digit * R; /* the run this core ends with */
 	for (int s = 0; s < fk - 1; s++) {
-		Podemu__CollPhase *ph = combine(
-		    b, (int)m[next], s == 0 ? IN : WORK,
-		    s == 0 ? RUN(MOD(digit - 1, fk) * R, R, 0) : RUN(origin, R, origin),
-		    (int)m[prev], RUN(origin, R, origin), RUN(MOD(digit - s - 2, fk) * R, R, 0));
+		Podemu__CollPhase *ph =
+		    combine(b, (int)m[t.next], s == 0 ? IN : WORK,
+		            s == 0 ? RUN(MOD(t.digit - 1, fk) * R, R, 0) : RUN(origin, R, origin),
+		            (int)m[t.prev], RUN(origin, R, origin),
+		            RUN(MOD(t.digit - s - 2, fk) * R, R, 0));
 		if (ph != NULL) {
 			ph->recv_work = 1;
 			ph->stage = s > 0; /* it sends the run it then receives into */
 		}
 	}
 	for (int i = top - 1; i >= 0; i--) {
-		int di = p / below[i] % f[i], base = p - p % below[i + 1], lo = p % below[i];
-		int nx = base + MOD(di + 1, f[i]) * below[i] + lo;
-		int pv = base + MOD(di - 1, f[i]) * below[i] + lo;
+		struct torus_ring u = torus_ring(p, f, below, i);
 		for (int s = 0; s < f[i] - 1; s++) {
 			Podemu__CollPhase *ph = exchange(
-			    b, (int)m[nx], WORK,
-			    RUN(base + MOD(di - s - 1, f[i]) * below[i], below[i], origin),
-			    (int)m[pv],
-			    RUN(base + MOD(di - s - 2, f[i]) * below[i], below[i], origin), 1);
+			    b, (int)m[u.next], WORK,
+			    RUN(u.base + MOD(u.digit - s - 1, f[i]) * below[i], below[i], origin),
+			    (int)m[u.prev],
+			    RUN(u.base + MOD(u.digit - s - 2, f[i]) * below[i], below[i], origin),
+			    1);
 			if (ph != NULL)
 				ph->recv_work = 1;
 		}
