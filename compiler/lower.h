@@ -101,18 +101,13 @@ struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, i
  * or all-to-all's operand.
  */
 bool lower_blocks_strided(const int64_t *dims, int rank, int d);
-/* The workspace of collective node n, in and out its operand's and result's shapes. */
+/*
+ * The workspace of collective node n for a core in a group of group_size, in and out its
+ * operand's and result's shapes (the agents' side; the plan reads HLO, hlo_collective.c).
+ */
 struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size,
                                            const struct shape *in, const struct shape *out,
                                            int64_t chunk_bytes, int window,
                                            const char *forced_algorithm);
-/*
- * The same for the core of the largest need among world's (n's groups resolved over g's mesh),
- * which the plan reserves for every core.
- */
-int lower_node_workspace_max(struct coll_workspace *w, const Podemu__Graph *g,
-                             const Podemu__Node *n, const struct shape *in, const struct shape *out,
-                             int world, int64_t chunk_bytes, int window,
-                             const char *forced_algorithm, struct status *st);
 
 #endif

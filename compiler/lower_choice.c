@@ -4,7 +4,6 @@
  */
 #include <string.h>
 
-#include "collective.h"
 #include "lower.h"
 
 int lower_torus_dims(int n, int *f)
@@ -104,31 +103,6 @@ struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size
 	}
 	return lower_workspace(op, group_size, shape_bytes(in), shape_bytes(out), strided,
 	                       chunk_bytes, window, forced_algorithm);
-}
-
-int lower_node_workspace_max(struct coll_workspace *w, const Podemu__Graph *g,
-                             const Podemu__Node *n, const struct shape *in, const struct shape *out,
-                             int world, int64_t chunk_bytes, int window,
-                             const char *forced_algorithm, struct status *st)
-{
-	*w = (struct coll_workspace){0};
-	enum opcode op = opcode_parse(n->opcode);
-	if (op == OP_COLLECTIVE_PERMUTE)
-		return ST_OK;
-	struct coll_groups groups = {0};
-	int rv = coll_groups_resolve(&groups, n, g->mesh, g->n_mesh, world, op == OP_ALL_REDUCE,
-	                             n->opcode, st);
-	if (rv != ST_OK)
-		return rv;
-	for (int k = 0; k < groups.num_groups; k++) {
-		struct coll_workspace x = lower_node_workspace(
-		    n, groups.size[k], in, out, chunk_bytes, window, forced_algorithm);
-		w->staging = x.staging > w->staging ? x.staging : w->staging;
-		w->slot = x.slot > w->slot ? x.slot : w->slot;
-		w->work = x.work > w->work ? x.work : w->work;
-	}
-	coll_groups_free(&groups);
-	return ST_OK;
 }
 
 const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bool layered,

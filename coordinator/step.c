@@ -99,30 +99,15 @@ static int check_fits(struct coordinator *co, const struct plan *p, struct statu
 }
 
 /*
- * Per node: the workspace bytes a collective uses on a core while it runs (the most of any
- * core; 0 for other nodes), as the agents use it.
+ * Per node: the workspace the plan reserved for a collective on every core (0 for other
+ * nodes), the bytes its agents work through.
  */
-static int node_scratch(int64_t **out, const struct coordinator *co, struct arena *a,
-                        const Podemu__Graph *g, const struct shape *shapes, struct status *st)
+static int64_t *node_scratch(struct arena *a, const struct plan *plan, size_t n_nodes)
 {
-	int64_t *scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
-	if (scratch == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int world = topology_world_size(&co->reg.topo);
-	for (size_t i = 0; i < g->n_nodes; i++) {
-		const Podemu__Node *n = g->nodes[i];
-		if (!opcode_is_collective(opcode_parse(n->opcode)))
-			continue;
-		struct coll_workspace w;
-		int rv = lower_node_workspace_max(&w, g, n, &shapes[n->operands[0]], &shapes[i],
-		                                  world, co->chunk_bytes, co->window,
-		                                  co->collective_algorithm, st);
-		if (rv != ST_OK)
-			return rv;
-		scratch[i] = w.staging + w.work;
-	}
-	*out = scratch;
-	return ST_OK;
+	int64_t *scratch = arena_calloc(a, n_nodes + 1, sizeof(int64_t));
+	for (size_t i = 0; scratch != NULL && i < n_nodes; i++)
+		scratch[i] = plan->buffers[i]->scratch_bytes;
+	return scratch;
 }
 
 /*
@@ -187,8 +172,8 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 	struct compiled template = *out;
 	if ((rv = plan_bind(&out->plan, a, &template, *g, out_handles, st)) != ST_OK)
 		return rv;
-	if ((rv = node_scratch(scratch, co, a, *g, shapes, st)) != ST_OK)
-		return rv;
+	if ((*scratch = node_scratch(a, &out->plan, (*g)->n_nodes)) == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	rep->combined_collectives = out->n_combined;
 	rep->delayed_nodes = out->n_delayed;
 	rep->fused_nodes = out->n_fused;
