@@ -59,6 +59,7 @@ void device_destroy(struct device *dev)
 	pthread_mutex_lock(&dev->lock);
 	dev->stopping = true;
 	pthread_cond_broadcast(&dev->cv);
+	device_wake_cores(dev);
 	pthread_mutex_unlock(&dev->lock);
 	for (int i = 0; i < dev->cores_per_host; i++)
 		if (dev->cores[i].thread_started)

@@ -29,8 +29,9 @@ struct core {
 	bool thread_started;
 	struct step *pending; /* set by device_run, cleared by the core when done */
 	/*
-	 * A core waiting in a collective waits on its own cv, for its own events: bumped (under
-	 * dev->lock, with a signal) whenever it may go on. Nothing else is woken by a chunk.
+	 * A core waits on its own cv: idle, for its next step (`pending`); in a collective, for
+	 * its own events, bumped (under dev->lock, with a signal) whenever it may go on. Nothing
+	 * else is woken by a chunk or a step's start.
 	 */
 	pthread_cond_t cv;
 	uint64_t events;

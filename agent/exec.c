@@ -348,7 +348,7 @@ void *device_core_main(void *arg)
 	pthread_mutex_lock(&dev->lock);
 	for (;;) {
 		while (!dev->stopping && c->pending == NULL)
-			pthread_cond_wait(&dev->cv, &dev->lock);
+			pthread_cond_wait(&c->cv, &dev->lock);
 		if (dev->stopping)
 			break;
 		struct step *s = c->pending;
@@ -368,8 +368,8 @@ void *device_core_main(void *arg)
 			device_wake_cores(dev);
 		}
 		c->pending = NULL;
-		s->done_cores++;
-		pthread_cond_broadcast(&dev->cv);
+		if (++s->done_cores == dev->cores_per_host)
+			pthread_cond_broadcast(&dev->cv); /* device_run */
 	}
 	pthread_mutex_unlock(&dev->lock);
 	return NULL;
@@ -455,9 +455,10 @@ int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_aft
 		                  dev->host_index, (unsigned long long)step_id);
 	}
 	s->running = true;
-	for (int c = 0; c < dev->cores_per_host; c++)
+	for (int c = 0; c < dev->cores_per_host; c++) {
 		dev->cores[c].pending = s;
-	pthread_cond_broadcast(&dev->cv);
+		core_wake(&dev->cores[c]);
+	}
 	while (s->done_cores < dev->cores_per_host)
 		pthread_cond_wait(&dev->cv, &dev->lock);
 	int rv = ST_OK;
@@ -474,6 +475,7 @@ int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_aft
 		rv = step_publish(dev, s, st);
 	step_free_outputs(dev, s);
 	step_destroy(dev, s);
+	pthread_cond_broadcast(&dev->cv); /* device_forget_all waits for no step */
 	pthread_mutex_unlock(&dev->lock);
 	if (n_release > 0) {
 		struct status rst;
