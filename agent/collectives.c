@@ -52,13 +52,20 @@ static void seq_reduce(int dtype, enum reducer red, unsigned char *base,
 	}
 }
 
-/* Wakes the core whose channel completed a send or took an acknowledgement. */
+/* Wakes a core that waits for its sends to be taken or acknowledged. dev->lock held. */
+static void sends_progressed(struct core *c)
+{
+	if (c->awaits_sends)
+		core_wake(c);
+}
+
+/* A channel of core arg completed a send or took an acknowledgement. */
 static void notify(void *arg)
 {
 	struct core *c = arg;
 	struct device *dev = c->dev;
 	pthread_mutex_lock(&dev->lock);
-	core_wake(c);
+	sends_progressed(c);
 	pthread_mutex_unlock(&dev->lock);
 }
 
@@ -239,7 +246,7 @@ static void ack_entry(struct run *r, struct inbox_entry *e, int code, const char
 	} else {
 		/* The core that posted it may post more, or end its phase or collective. */
 		e->done = 1;
-		core_wake(&r->dev->cores[device_local(r->dev, (int)e->h.src_ordinal)]);
+		sends_progressed(&r->dev->cores[device_local(r->dev, (int)e->h.src_ordinal)]);
 	}
 	pthread_mutex_unlock(&r->dev->lock);
 }
@@ -267,6 +274,7 @@ static int drain_posts(struct run *r, struct status *st)
 {
 	int rv = ST_OK;
 	pthread_mutex_lock(&r->dev->lock);
+	r->c->awaits_sends = true;
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
@@ -389,13 +397,16 @@ static bool legs_done(const struct leg *legs, int count)
  * post every send_block to its send_peer chunk by chunk while the window allows, and consume
  * chunks from every recv_peer as they come, until all are complete. With `stage`, a chunk is
  * only consumed once this core's own chunk at that position was posted (their regions
- * overlap).
+ * overlap). Phases that reduce into the output are consumed in their order, so that every run
+ * sums in the same order (the result is the same, bit for bit, whoever arrives first).
  */
 static int run_phases(struct run *r, int k0, int count, const Podemu__CollectiveSchedule *sched,
                       struct status *st)
 {
 	struct device *dev = r->dev;
-	struct leg legs[2];
+	struct leg two[2], *legs = count <= 2 ? two : calloc((size_t)count, sizeof(*legs));
+	if (legs == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	int rv = ST_OK;
 	for (int i = 0; i < count; i++) {
 		const Podemu__CollPhase *ph = sched->phases[k0 + i];
@@ -414,14 +425,25 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 			coll_open_post(r, g->k, ph, g->rtag);
 	}
 	while (rv == ST_OK && !legs_done(legs, count)) {
+		bool sending = false;
+		for (int i = 0; i < count; i++)
+			sending |= legs[i].sent < legs[i].send_len;
 		pthread_mutex_lock(&dev->lock);
 		uint64_t gen = r->c->events;
+		r->c->awaits_sends = sending; /* room for the next chunk, or a free stage slot */
 		pthread_mutex_unlock(&dev->lock);
 		int progress = 0;
 		for (int i = 0; i < count && rv == ST_OK; i++)
 			progress |= leg_send(r, &legs[i], &rv, st);
-		for (int i = 0; i < count && rv == ST_OK; i++)
+		bool summing = false; /* an earlier phase that reduces is still receiving */
+		for (int i = 0; i < count && rv == ST_OK; i++) {
+			bool reduces = legs[i].ph->reduce ||
+			               legs[i].ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE;
+			if (reduces && summing)
+				continue;
 			progress |= leg_receive(r, &legs[i], &rv, st);
+			summing |= reduces && legs[i].recvd < legs[i].recv_len;
+		}
 		if (rv != ST_OK || progress || legs_done(legs, count))
 			continue;
 		pthread_mutex_lock(&dev->lock);
@@ -448,17 +470,19 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 		if (legs[i].post)
 			coll_close_post(r, legs[i].k, rv != ST_OK);
 	/*
-	 * Chunks are written from the buffers themselves: a later phase may overwrite what this
-	 * one sent only once the stream has it.
+	 * Chunks not staged are written from the buffers themselves: a later phase may overwrite
+	 * what this one sent only once the stream has it. Chunks without bytes need no wait.
 	 */
 	for (int i = 0; i < count && rv == ST_OK; i++) {
 		const Podemu__CollPhase *ph = legs[i].ph;
-		if (legs[i].send_len > 0 && !is_local(r, ph->send_peer) &&
-		    r->chans[host_of(r, ph->send_peer)] != NULL)
+		if (legs[i].send_len > 0 && dev->backed && !ph->stage &&
+		    !is_local(r, ph->send_peer) && r->chans[host_of(r, ph->send_peer)] != NULL)
 			rv =
 			    peer_failed(r, host_of(r, ph->send_peer),
 			                dp_chan_flush(r->chans[host_of(r, ph->send_peer)], st), st);
 	}
+	if (legs != two)
+		free(legs);
 	return rv;
 }
 
@@ -471,6 +495,7 @@ static int finish(struct run *r, int rv, struct status *st)
 {
 	struct device *dev = r->dev;
 	pthread_mutex_lock(&dev->lock);
+	r->c->awaits_sends = true;
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
@@ -620,12 +645,14 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 			local_phase(&r, ph);
 			continue;
 		}
-		/* Two exchanges at once (a bidirectional ring's directions), or one. */
-		int count = ph->with_next && k + 1 < sched->n_phases &&
-		                    sched->phases[k + 1]->kind != PODEMU__PHASE_KIND__PHASE_COPY &&
-		                    sched->phases[k + 1]->kind != PODEMU__PHASE_KIND__PHASE_ZERO
-		                ? 2
-		                : 1;
+		/* Exchanges at once (a bidirectional ring's directions, a direct algorithm's
+		 * peers). */
+		int count = 1;
+		while (sched->phases[k + (size_t)count - 1]->with_next &&
+		       k + (size_t)count < sched->n_phases &&
+		       sched->phases[k + (size_t)count]->kind != PODEMU__PHASE_KIND__PHASE_COPY &&
+		       sched->phases[k + (size_t)count]->kind != PODEMU__PHASE_KIND__PHASE_ZERO)
+			count++;
 		rv = run_phases(&r, (int)k, count, sched, st);
 		k += (size_t)count - 1;
 	}

@@ -36,6 +36,11 @@ struct core {
 	pthread_cond_t cv;
 	uint64_t events;
 	/*
+	 * What it sent being taken or acknowledged may let it go on (a send waits for room, or
+	 * the collective for its sends): only then do those wake it.
+	 */
+	bool awaits_sends;
+	/*
 	 * Collectives this core ran in the running step: chunks name the instance, the same on
 	 * every core as each runs the same program (a collective in a loop runs once per trip).
 	 */
