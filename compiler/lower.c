@@ -172,9 +172,16 @@ static Podemu__CollPhase *combine(struct builder *b, int send_peer, Podemu__Coll
 #define OUT PODEMU__COLL_BUFFER__COLL_OUTPUT
 #define WORK PODEMU__COLL_BUFFER__COLL_WORK
 
+/* Makes the exchanges added since phase `first` one group that runs at once (`with_next`). */
+static void at_once(struct builder *b, size_t first)
+{
+	for (size_t k = first; k + 1 < b->n; k++)
+		b->phases[k]->with_next = 1;
+}
+
 /*
  * All-gather in place: ring (n-1 phases of one block each), direct (every member sends its
- * input to every other, within a host), or recursive doubling for a power-of-two group (log2 n
+ * input to every other, all at once), or recursive doubling for a power-of-two group (log2 n
  * phases: at distance `bit` a core swaps the 'bit' blocks it holds, a run of consecutive
  * blocks, with the core that holds the next run).
  */
@@ -192,9 +199,11 @@ static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 		return;
 	}
 	if (direct) {
+		size_t first = b->n;
 		for (int k = 1; k < n; k++)
 			exchange(b, (int)m[MOD(p + k, n)], IN, whole(b, in), (int)m[MOD(p - k, n)],
 			         split_block(b, out, d, n, MOD(p - k, n)), 0);
+		at_once(b, first);
 		return;
 	}
 	for (int s = 0; s < n - 1; s++)
@@ -247,13 +256,12 @@ static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, in
 
 /*
  * All-reduce into the output: a ring reduce-scatter over flat blocks leaves block p+1 reduced
- * on core p, then the blocks are gathered, around the ring or (within one host, where a
- * transfer is one memory copy) directly from every member. The reduce half combines each
+ * on core p, then the blocks are gathered around the ring. The reduce half combines each
  * received partial with the core's own input block into the output, so the input is never
  * copied whole (the gather half writes block p, the one block the reduce half leaves alone).
  */
 static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const struct shape *in,
-                       int doubling, int direct_gather)
+                       int doubling)
 {
 	if (n == 1 || doubling)
 		copy_phase(b, IN, whole(b, in), whole(b, in));
@@ -276,18 +284,40 @@ static void all_reduce(struct builder *b, const int64_t *m, int n, int p, const 
 	/* The gather half rewrites blocks the reduce half sent: local cores must have taken them.
 	 */
 	for (int s = 0; s < n - 1; s++) {
-		Podemu__CollPhase *ph;
-		if (direct_gather)
-			ph = exchange(
-			    b, (int)m[MOD(p + 1 + s, n)], OUT, flat_block(b, in, n, MOD(p + 1, n)),
-			    (int)m[MOD(p - 1 - s, n)], flat_block(b, in, n, MOD(p - s, n)), 0);
-		else
-			ph = exchange(
-			    b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p + 1 - s, n)),
-			    (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s, n)), 0);
+		Podemu__CollPhase *ph =
+		    exchange(b, (int)m[MOD(p + 1, n)], OUT, flat_block(b, in, n, MOD(p + 1 - s, n)),
+		             (int)m[MOD(p - 1, n)], flat_block(b, in, n, MOD(p - s, n)), 0);
 		if (ph != NULL && s == 0)
 			ph->drain = 1;
 	}
+}
+
+/*
+ * Direct all-reduce: every member sends flat block q of its input to member q, all at once,
+ * and sums the blocks it receives into its own block of the output in the order of the
+ * members after it (p+1, p+2, ...: the same order whoever arrives first); then it sends its
+ * summed block to every other member, all at once. Two rounds instead of a ring's 2(n-1), the
+ * same bytes. Sends come from the input, which only the gather half (after a drain: local
+ * cores took what they were sent) overwrites when the output is the input's bytes.
+ */
+static void all_reduce_direct(struct builder *b, const int64_t *m, int n, int p,
+                              const struct shape *in)
+{
+	copy_phase(b, IN, flat_block(b, in, n, p), flat_block(b, in, n, p));
+	size_t first = b->n;
+	for (int k = 1; k < n; k++)
+		exchange(b, (int)m[MOD(p - k, n)], IN, flat_block(b, in, n, MOD(p - k, n)),
+		         (int)m[MOD(p + k, n)], flat_block(b, in, n, p), 1);
+	at_once(b, first);
+	first = b->n;
+	for (int k = 1; k < n; k++) {
+		Podemu__CollPhase *ph =
+		    exchange(b, (int)m[MOD(p + k, n)], OUT, flat_block(b, in, n, p),
+		             (int)m[MOD(p - k, n)], flat_block(b, in, n, MOD(p - k, n)), 0);
+		if (ph != NULL && k == 1)
+			ph->drain = 1;
+	}
+	at_once(b, first);
 }
 
 /* Sub-block k of n2 of flat block q of n1 (sizes differing by at most one element). */
@@ -607,6 +637,21 @@ static void permute(struct builder *b, const Podemu__Node *node, int me, const s
 		exchange(b, target, IN, whole(b, in), source, source >= 0 ? whole(b, in) : NULL, 0);
 }
 
+/* True when no two of the n members m are on one host. */
+static bool one_member_per_host(const int64_t *m, int n, int cph, int world)
+{
+	if (n > world / cph)
+		return false;
+	bool *seen = calloc((size_t)(world / cph), sizeof(bool));
+	bool distinct = seen != NULL;
+	for (int k = 0; distinct && k < n; k++) {
+		distinct = !seen[m[k] / cph];
+		seen[m[k] / cph] = true;
+	}
+	free(seen);
+	return distinct;
+}
+
 int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
                       const Podemu__Graph *g, const struct shape *shapes, int world,
                       int cores_per_host, int host, const char *forced_algorithm, struct status *st)
@@ -672,9 +717,14 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				               L > 1 && H > 1;
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
 				int f[LOWER_TORUS_DIMS_MAX], k = lower_torus_dims(n, f);
-				algo = lower_choose(op, n, shape_bytes(in), one_host, layered,
-				                    blocks_contiguous(res, d), k > 1,
-				                    forced_algorithm);
+				struct group_shape gs = {.one_host = one_host,
+				                         .one_per_host =
+				                             !one_host &&
+				                             one_member_per_host(m, n, cph, world),
+				                         .layered = layered,
+				                         .contiguous = blocks_contiguous(res, d),
+				                         .torus = k > 1};
+				algo = lower_choose(op, n, shape_bytes(in), gs, forced_algorithm);
 				bool hier = strcmp(algo, "hierarchical") == 0;
 				bool doubling = strcmp(algo, "recursive-doubling") == 0;
 				if (op == OP_ALL_GATHER && strcmp(algo, "torus") == 0)
@@ -696,9 +746,10 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 					all_reduce_hierarchical(&b, local, L, lp, across, H, h, in);
 				else if (op == OP_ALL_REDUCE && strcmp(algo, "torus") == 0)
 					all_reduce_torus(&b, m, n, p, f, k, in);
+				else if (op == OP_ALL_REDUCE && strcmp(algo, "direct") == 0)
+					all_reduce_direct(&b, m, n, p, in);
 				else if (op == OP_ALL_REDUCE)
-					all_reduce(&b, m, n, p, in, doubling,
-					           strcmp(algo, "ring+direct") == 0);
+					all_reduce(&b, m, n, p, in, doubling);
 				else
 					all_to_all(&b, m, n, p, (int)node->split_dimension,
 					           (int)node->concat_dimension, in, res);

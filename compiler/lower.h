@@ -39,6 +39,13 @@
  * fewer steps.
  */
 #define LOWER_TORUS_MEMBERS 64
+/*
+ * All-reduces (past recursive doubling's sizes) go direct within one host, and across hosts
+ * for groups of up to this many members, one on each host (4x1 pod: 0.57 against 0.51 GB/s
+ * busbw at 4 MiB, 0.63-0.66 against 0.50-0.57 at 16 MiB; more members would hold up to a
+ * window of chunks from each of them at once).
+ */
+#define LOWER_DIRECT_HOSTS 4
 #define LOWER_TORUS_DIMS_MAX 16
 #define LOWER_TORUS_DIM_SIZE 4
 
@@ -64,14 +71,21 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
  */
 int lower_torus_dims(int n, int *f);
 
+/* The shape of a collective's group, as the choice of its algorithm reads it. */
+struct group_shape {
+	bool one_host;     /* every member on one host */
+	bool one_per_host; /* every member on a host of its own */
+	bool layered;      /* several members on each of several hosts */
+	bool contiguous;   /* blocks along the collective's dimension are contiguous */
+	bool torus;        /* the group folds into a torus of more than one dimension */
+};
+
 /*
  * The algorithm of op over a group of n members of bytes each (its operand), from the group's
- * shape: all on one host, several members on each of several hosts (layered), blocks along the
- * dimension contiguous, a torus of more than one dimension; forced as lower_collectives takes
- * it, where it applies.
+ * shape; forced as lower_collectives takes it, where it applies.
  */
-const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bool layered,
-                         bool contiguous, bool torus, const char *forced);
+const char *lower_choose(enum opcode op, int n, int64_t bytes, struct group_shape g,
+                         const char *forced);
 
 /*
  * What one core works through while a collective runs, in its part of the reservation, besides

@@ -105,9 +105,10 @@ struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size
 	                       chunk_bytes, window, forced_algorithm);
 }
 
-const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bool layered,
-                         bool contiguous, bool torus, const char *forced)
+const char *lower_choose(enum opcode op, int n, int64_t bytes, struct group_shape g,
+                         const char *forced)
 {
+	bool one_host = g.one_host, layered = g.layered, contiguous = g.contiguous, torus = g.torus;
 	int pow2 = n > 0 && (n & (n - 1)) == 0;
 	if (forced != NULL && forced[0] != '\0') {
 		if (strcmp(forced, "torus") == 0 && torus &&
@@ -120,7 +121,13 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bo
 		if (strcmp(forced, "recursive-doubling") == 0 &&
 		    (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) && pow2)
 			return "recursive-doubling";
-		if (strcmp(forced, "direct") == 0 && op == OP_ALL_GATHER)
+		/*
+		 * A direct all-reduce sums its blocks in order, holding the others' chunks: only
+		 * where each peer host sends one member's (the data plane's credit per host).
+		 */
+		if (strcmp(forced, "direct") == 0 &&
+		    (op == OP_ALL_GATHER ||
+		     (op == OP_ALL_REDUCE && (g.one_host || g.one_per_host))))
 			return "direct";
 		if (strcmp(forced, "bidirectional-ring") == 0 && op == OP_ALL_GATHER && contiguous)
 			return "bidirectional-ring";
@@ -149,7 +156,9 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, bool one_host, bo
 			return "recursive-doubling";
 		if (torus && n > LOWER_TORUS_MEMBERS && !one_host)
 			return "torus";
-		return one_host ? "ring+direct" : layered ? "hierarchical" : "ring";
+		if (one_host || (g.one_per_host && n <= LOWER_DIRECT_HOSTS))
+			return "direct";
+		return layered ? "hierarchical" : "ring";
 	case OP_REDUCE_SCATTER:
 		return torus && contiguous && n > LOWER_TORUS_MEMBERS && !one_host ? "torus"
 		                                                                   : "ring";

@@ -102,7 +102,8 @@ static float all_reduce_ref(uint16_t **in, int64_t n, int64_t e, const char *alg
 	int all[64];
 	for (int c = 0; c < world; c++)
 		all[c] = c;
-	if (strcmp(algo, "ring") == 0 || strcmp(algo, "ring+direct") == 0)
+	/* Block q is summed from core q up, around the ring or on core q (direct). */
+	if (strcmp(algo, "ring") == 0 || strcmp(algo, "direct") == 0)
 		return chain(in, e, all, world, piece_of(n, world, e, 0));
 	if (strcmp(algo, "recursive-doubling") == 0) {
 		float v[64];
