@@ -70,7 +70,7 @@ void device_destroy(struct device *dev)
 	device_drop_early(dev, "the agent is stopping");
 	pthread_mutex_unlock(&dev->lock);
 	for (int i = 0; i < dev->num_buffers; i++)
-		free(dev->buffers[i].offsets);
+		free(dev->buffers[i].at);
 	free(dev->buffers);
 	hindex_free(&dev->index);
 	for (int i = 0; i < dev->cores_per_host; i++) {
@@ -102,7 +102,7 @@ struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle)
 }
 
 int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
-                      int64_t *offsets, struct status *st)
+                      struct hbm_buffer *at, struct status *st)
 {
 	if (dev->num_buffers == dev->cap_buffers) {
 		int cap = dev->cap_buffers ? dev->cap_buffers * 2 : 64;
@@ -113,8 +113,7 @@ int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *s
 		dev->cap_buffers = cap;
 	}
 	int i = dev->num_buffers;
-	dev->buffers[i] =
-	    (struct device_buffer){.handle = handle, .shape = *shape, .offsets = offsets};
+	dev->buffers[i] = (struct device_buffer){.handle = handle, .shape = *shape, .at = at};
 	if (hindex_add(&dev->index, dev->buffers, sizeof(dev->buffers[0]), i + 1, i) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	dev->num_buffers++;
@@ -134,8 +133,8 @@ void device_rename_buffer(struct device *dev, struct device_buffer *b, uint64_t 
 static void remove_buffer(struct device *dev, struct device_buffer *b)
 {
 	for (int c = 0; c < dev->cores_per_host; c++)
-		hbm_free(&dev->cores[c].heap, b->offsets[c]);
-	free(b->offsets);
+		hbm_free(&dev->cores[c].heap, b->at[c]);
+	free(b->at);
 	int i = (int)(b - dev->buffers), last = dev->num_buffers - 1;
 	hindex_remove(&dev->index, dev->buffers, sizeof(dev->buffers[0]), i, last);
 	dev->buffers[i] = dev->buffers[last];
@@ -153,8 +152,8 @@ int device_create_buffer(struct device *dev, uint64_t handle, const struct shape
 		                  (long long)shape_bytes(shape));
 	if (bytes == 0)
 		bytes = shape_bytes(shape);
-	int64_t *offsets = calloc((size_t)dev->cores_per_host, sizeof(*offsets));
-	if (offsets == NULL)
+	struct hbm_buffer *at = calloc((size_t)dev->cores_per_host, sizeof(*at));
+	if (at == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	pthread_mutex_lock(&dev->lock);
 	int rv = ST_OK;
@@ -165,19 +164,19 @@ int device_create_buffer(struct device *dev, uint64_t handle, const struct shape
 		goto out;
 	}
 	for (; done < dev->cores_per_host; done++) {
-		rv = hbm_alloc(&dev->cores[done].heap, bytes, &offsets[done], st);
+		rv = hbm_alloc(&dev->cores[done].heap, bytes, &at[done], st);
 		if (rv != ST_OK) {
 			status_set(st, rv, "core %d (host %d): %s", dev->cores[done].ordinal,
 			           dev->host_index, st->message);
 			goto out;
 		}
 	}
-	rv = device_add_buffer(dev, handle, shape, offsets, st);
+	rv = device_add_buffer(dev, handle, shape, at, st);
 out:
 	if (rv != ST_OK) {
 		for (int i = 0; i < done; i++)
-			hbm_free(&dev->cores[i].heap, offsets[i]);
-		free(offsets);
+			hbm_free(&dev->cores[i].heap, at[i]);
+		free(at);
 	}
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
@@ -214,7 +213,7 @@ int device_write(struct device *dev, uint64_t handle, int ordinal, int64_t offse
 	pthread_mutex_lock(&dev->lock);
 	int rv = device_locate(dev, handle, ordinal, offset, len, &buf, &core, st);
 	if (rv == ST_OK && dev->backed && len > 0)
-		memcpy((char *)hbm_ptr(&core->heap, buf->offsets[core->local]) + offset, data,
+		memcpy((char *)hbm_ptr(&core->heap, buf->at[core->local].offset) + offset, data,
 		       (size_t)len);
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
@@ -243,7 +242,7 @@ int device_read(struct device *dev, struct arena *a, uint64_t handle, int ordina
 		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		goto out;
 	}
-	memcpy(*data, (char *)hbm_ptr(&core->heap, buf->offsets[core->local]) + offset,
+	memcpy(*data, (char *)hbm_ptr(&core->heap, buf->at[core->local].offset) + offset,
 	       (size_t)*got);
 out:
 	pthread_mutex_unlock(&dev->lock);

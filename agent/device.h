@@ -51,7 +51,7 @@ struct core {
 struct device_buffer {
 	uint64_t handle; /* first: the hash index reads it there */
 	struct shape shape;
-	int64_t *offsets; /* [cores_per_host] */
+	struct hbm_buffer *at; /* [cores_per_host]: its place on each core's heap */
 };
 
 struct device {
@@ -185,9 +185,9 @@ int device_admit(void *arg, struct dp_request *req, const struct dp_header *h, s
 struct device_buffer *device_find_buffer(struct device *dev, uint64_t handle);
 /* A donated buffer becomes the output's: the same bytes under a new handle (lock held). */
 void device_rename_buffer(struct device *dev, struct device_buffer *b, uint64_t handle);
-/* Adds a buffer record that takes ownership of offsets. Lock held. */
+/* Adds a buffer record that takes ownership of at. Lock held. */
 int device_add_buffer(struct device *dev, uint64_t handle, const struct shape *shape,
-                      int64_t *offsets, struct status *st);
+                      struct hbm_buffer *at, struct status *st);
 /* True when the prepared or running step reads or writes handle. Lock held. */
 bool device_step_uses(struct device *dev, uint64_t handle);
 void *device_core_main(void *arg);

@@ -29,8 +29,8 @@ void step_free_outputs(struct device *dev, struct step *s)
 	for (int c = 0; c < dev->cores_per_host; c++)
 		for (size_t i = 0; i < s->n_entry; i++)
 			if (s->prog->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT &&
-			    s->prog->buffers[i]->donor == 0 && s->offsets[c][i] >= 0)
-				hbm_free(&dev->cores[c].heap, s->offsets[c][i]);
+			    s->prog->buffers[i]->donor == 0 && s->at[c][i].offset >= 0)
+				hbm_free(&dev->cores[c].heap, s->at[c][i]);
 }
 
 void step_destroy(struct device *dev, struct step *s)
@@ -392,21 +392,21 @@ static int step_publish(struct device *dev, struct step *s, struct status *st)
 			device_rename_buffer(dev, db, b->handle);
 			db->shape = s->shapes[i];
 			for (int c = 0; c < dev->cores_per_host; c++)
-				s->offsets[c][i] = -1;
+				s->at[c][i] = HBM_NO_BUFFER;
 			continue;
 		}
-		int64_t *offsets = calloc((size_t)dev->cores_per_host, sizeof(int64_t));
-		if (offsets == NULL)
+		struct hbm_buffer *at = calloc((size_t)dev->cores_per_host, sizeof(*at));
+		if (at == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		for (int c = 0; c < dev->cores_per_host; c++) {
-			offsets[c] = s->offsets[c][i];
-			s->offsets[c][i] = -1; /* now owned by the buffer */
+			at[c] = s->at[c][i];
+			s->at[c][i] = HBM_NO_BUFFER; /* now owned by the buffer */
 		}
-		int rv = device_add_buffer(dev, b->handle, &s->shapes[i], offsets, st);
+		int rv = device_add_buffer(dev, b->handle, &s->shapes[i], at, st);
 		if (rv != ST_OK) {
 			for (int c = 0; c < dev->cores_per_host; c++)
-				s->offsets[c][i] = offsets[c];
-			free(offsets);
+				s->at[c][i] = at[c];
+			free(at);
 			return rv;
 		}
 	}

@@ -3,7 +3,8 @@
  * order (a freed buffer finds the gaps it merges with at once), gaps by size in a treap and, once
  * there are many, the small ones in exact-size bins under a bitmap, so that best fit, free with
  * merging and the statistics take O(1) or O(log n) whatever the number of buffers; bytes in use
- * is a running total.
+ * is a running total. A buffer is named by its node (struct hbm_buffer), so freeing it needs no
+ * search.
  */
 #include "hbm.h"
 
@@ -50,6 +51,7 @@ static int node_take(struct hbm *h)
 		h->free_node = node(h, i)->next;
 	else
 		i = ++h->num_nodes;
+	node(h, i)->a = -1; /* names no buffer until linked */
 	return i;
 }
 
@@ -77,6 +79,7 @@ static int node_new(struct hbm *h, int64_t a, int64_t b, bool gap, int prev)
 
 static void node_put(struct hbm *h, int i)
 {
+	node(h, i)->a = -1; /* names no buffer (hbm_free) */
 	node(h, i)->next = h->free_node;
 	h->free_node = i;
 }
@@ -309,23 +312,6 @@ static void segment_free(struct hbm *h, int i)
 	node_unlink(h, i);
 }
 
-/* ---- Buffers: their nodes, indexed by offset ---- */
-
-static int buffer_find(const struct hbm *h, int64_t offset)
-{
-	return hindex_find(&h->index, h->nodes, sizeof(h->nodes[0]), (uint64_t)offset) + 1;
-}
-
-static int buffer_index(struct hbm *h, int i)
-{
-	return hindex_add(&h->index, h->nodes, sizeof(h->nodes[0]), h->num_blocks + 1, i - 1);
-}
-
-static void buffer_unindex(struct hbm *h, int i)
-{
-	hindex_remove(&h->index, h->nodes, sizeof(h->nodes[0]), i - 1, i - 1);
-}
-
 /* ---- The heap ---- */
 
 int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st)
@@ -358,7 +344,6 @@ void hbm_destroy(struct hbm *h)
 		munmap(h->base, (size_t)h->capacity);
 	free(h->nodes);
 	free(h->bins);
-	hindex_free(&h->index);
 	memset(h, 0, sizeof(*h));
 }
 
@@ -395,7 +380,7 @@ static void hbm_note_usage(struct hbm *h)
 		h->stats.peak_bytes_in_use = h->used;
 }
 
-int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
+int hbm_alloc(struct hbm *h, int64_t size, struct hbm_buffer *out, struct status *st)
 {
 	int64_t need = hbm_aligned_size(size);
 	char want[16], free_text[16];
@@ -409,16 +394,11 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 		                  status_human_bytes(free_text, h->capacity - h->used));
 	if (node_room(h) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* The buffer's place at the top of the gap, indexed before the heap changes. */
+	/* The buffer's place at the top of the gap. */
 	int64_t at = node(h, g)->b - need;
 	int i = g;
 	if (at > node(h, g)->a) /* what stays below it is still free */
 		i = node_new(h, at, node(h, g)->b, false, g);
-	if (buffer_index(h, i) != 0) {
-		if (i != g)
-			node_unlink(h, i);
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	}
 	if (i != g) {
 		gap_resize(h, g, node(h, g)->a, at);
 	} else {
@@ -433,17 +413,17 @@ int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st)
 	if (need > h->stats.largest_alloc_size)
 		h->stats.largest_alloc_size = need;
 	hbm_note_usage(h);
-	*offset = at;
+	*out = (struct hbm_buffer){.offset = at, .id = i};
 	return ST_OK;
 }
 
-int hbm_free(struct hbm *h, int64_t offset)
+int hbm_free(struct hbm *h, struct hbm_buffer buf)
 {
-	int i = buffer_find(h, offset);
-	if (i == 0)
+	int i = buf.id;
+	if (i <= 0 || i > h->num_nodes || node(h, i)->gap || node(h, i)->a != buf.offset ||
+	    buf.offset < 0)
 		return ST_NOT_FOUND;
 	int64_t size = node(h, i)->b - node(h, i)->a;
-	buffer_unindex(h, i);
 	h->num_blocks--;
 	segment_free(h, i);
 	h->used -= size;

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hindex.h"
 #include "status.h"
 #include "topology.h"
 
@@ -34,10 +33,7 @@ struct hbm_stats {
 #define HBM_BINS_FROM 256
 #define HBM_BIN_WORDS (HBM_BINS / 64)
 
-/*
- * A segment of the heap above the reservation: a device buffer or a free gap (hbm.c). Offset
- * first: the hash index of buffers reads it there.
- */
+/* A segment of the heap above the reservation: a device buffer or a free gap (hbm.c). */
 struct hbm_node {
 	int64_t a, b;
 	int prev, next;  /* neighbours by address (node indices + 1; 0: none) */
@@ -61,7 +57,7 @@ struct hbm {
 	/*
 	 * So that alloc and free take O(1) or O(log n) with any number of buffers: buffers and gaps
 	 * are segments in address order (neighbours found at once), gaps are kept by size for best
-	 * fit, buffers' nodes are indexed by offset (common/hindex.c).
+	 * fit, and a buffer is named by its node (struct hbm_buffer).
 	 */
 	struct hbm_node *nodes;
 	int num_nodes, cap_nodes;
@@ -74,8 +70,7 @@ struct hbm {
 	uint64_t bin_bits[HBM_BIN_WORDS]; /* bins that hold a gap */
 	uint64_t bin_words;               /* words of bin_bits that are not zero */
 	int num_blocks;
-	struct hindex index; /* offset -> node index - 1 of a buffer */
-	int64_t used;        /* buffers plus the reservation */
+	int64_t used; /* buffers plus the reservation */
 	uint32_t seed;
 	int64_t reserved;
 	struct hbm_stats stats;
@@ -92,13 +87,26 @@ void hbm_destroy(struct hbm *h);
 void hbm_return_free_pages(struct hbm *h);
 
 /*
- * Places a device buffer of size bytes best-fit from the top. On success *offset is its
- * position; on failure RESOURCE_EXHAUSTED carries XLA's "Attempting to allocate ..." text and
- * nothing changes.
+ * A device buffer's place on its heap: the offset, and the heap's own name for the buffer,
+ * with which hbm_free finds it at once (no index to search).
  */
-int hbm_alloc(struct hbm *h, int64_t size, int64_t *offset, struct status *st);
-/* Frees the buffer at offset; returns NOT_FOUND when there is none. */
-int hbm_free(struct hbm *h, int64_t offset);
+struct hbm_buffer {
+	int64_t offset; /* -1: none */
+	int32_t id;     /* 0: not a buffer of the heap's (a temporary, or none) */
+};
+#define HBM_NO_BUFFER ((struct hbm_buffer){.offset = -1})
+
+/*
+ * Places a device buffer of size bytes best-fit from the top. On success *out is its place;
+ * on failure RESOURCE_EXHAUSTED carries XLA's "Attempting to allocate ..." text and nothing
+ * changes.
+ */
+int hbm_alloc(struct hbm *h, int64_t size, struct hbm_buffer *out, struct status *st);
+/*
+ * Frees the buffer; returns NOT_FOUND (and changes nothing) when buf is not a live buffer of
+ * h at that offset.
+ */
+int hbm_free(struct hbm *h, struct hbm_buffer buf);
 
 /*
  * Reserves [0, size) for a program's temporaries. Fails with XLA's "Attempting to reserve X at

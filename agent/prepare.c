@@ -347,15 +347,15 @@ static int step_allocate(struct device *dev, struct step *s, struct status *st)
 {
 	Podemu__Program *p = s->prog;
 	size_t n = p->graph->n_nodes;
-	s->offsets = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(int64_t *));
-	if (s->offsets == NULL)
+	s->at = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->at));
+	if (s->at == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int c = 0; c < dev->cores_per_host; c++) {
-		s->offsets[c] = arena_calloc(s->arena, n, sizeof(int64_t));
-		if (s->offsets[c] == NULL)
+		s->at[c] = arena_calloc(s->arena, n, sizeof(**s->at));
+		if (s->at[c] == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		for (size_t i = 0; i < n; i++)
-			s->offsets[c][i] = -1;
+			s->at[c][i] = HBM_NO_BUFFER;
 	}
 	int rv = ST_OK;
 	for (int c = 0; c < dev->cores_per_host && dev->backed; c++)
@@ -368,11 +368,11 @@ static int step_allocate(struct device *dev, struct step *s, struct status *st)
 		for (size_t i = 0; i < n && rv == ST_OK; i++) {
 			const Podemu__BufferAssignment *b = p->buffers[i];
 			if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT && b->donor != 0)
-				s->offsets[c][i] =
+				s->at[c][i] =
 				    device_find_buffer(dev, p->buffers[b->donor - 1]->handle)
-				        ->offsets[c];
+				        ->at[c];
 			else if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT)
-				rv = hbm_alloc(&core->heap, b->bytes, &s->offsets[c][i], st);
+				rv = hbm_alloc(&core->heap, b->bytes, &s->at[c][i], st);
 		}
 		if (rv == ST_OK)
 			rv = hbm_reserve_bottom(&core->heap, p->temp_bytes, st);
@@ -390,11 +390,11 @@ static int step_allocate(struct device *dev, struct step *s, struct status *st)
 		for (size_t i = 0; i < n; i++) {
 			const Podemu__BufferAssignment *b = p->buffers[i];
 			if (b->kind == PODEMU__BUFFER_KIND__BUFFER_PARAMETER)
-				s->offsets[c][i] = device_find_buffer(dev, b->handle)->offsets[c];
+				s->at[c][i] = device_find_buffer(dev, b->handle)->at[c];
 			else if (b->kind == PODEMU__BUFFER_KIND__BUFFER_TEMP)
-				s->offsets[c][i] = b->offset;
+				s->at[c][i] = (struct hbm_buffer){.offset = b->offset};
 			else if (b->kind == PODEMU__BUFFER_KIND__BUFFER_ALIAS)
-				s->offsets[c][i] = s->offsets[c][b->alias_of];
+				s->at[c][i] = s->at[c][b->alias_of];
 		}
 	}
 	return ST_OK;

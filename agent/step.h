@@ -45,7 +45,11 @@ struct step {
 	Podemu__Program *prog;
 	struct shape *shapes;
 	enum opcode *ops;
-	int64_t **offsets; /* [core][node]: heap offset of the node's value, -1 when none */
+	/*
+	 * [core][node]: where the node's value is on the core's heap (offset -1: not there);
+	 * the step owns the buffers of its outputs until they become device buffers.
+	 */
+	struct hbm_buffer **at;
 	/*
 	 * Nodes are numbered across the graph (graph.h): the entry's, then each computation's.
 	 * A called computation's values are placed as it runs (control.c).
@@ -105,7 +109,7 @@ static inline void *core_ptr(struct core *c, struct step *s, int node)
 {
 	if (s->ptrs[c->local][node] != NULL || (size_t)node >= s->n_entry)
 		return s->ptrs[c->local][node];
-	int64_t off = s->offsets[c->local][node];
+	int64_t off = s->at[c->local][node].offset;
 	if (off < 0)
 		return s->elsewhere != NULL ? s->elsewhere[c->local][node] : NULL;
 	return hbm_ptr(&c->heap, off);

@@ -26,7 +26,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: podemu-bench-hbm [OPS >= 1] [MAX_LIVE]\n");
 		return 2;
 	}
-	int64_t *live = malloc((size_t)ops * sizeof(int64_t));
+	struct hbm_buffer *live = malloc((size_t)ops * sizeof(*live));
 	int64_t *sizes = malloc((size_t)ops * sizeof(int64_t));
 	struct hbm h;
 	struct status st;
@@ -46,7 +46,8 @@ int main(int argc, char **argv)
 			live[k] = live[--n];
 			sizes[k] = sizes[n];
 		}
-		int64_t size = 256 + (int64_t)((seed >> 4) % (1 << 18)), at;
+		int64_t size = 256 + (int64_t)((seed >> 4) % (1 << 18));
+		struct hbm_buffer at;
 		if (hbm_alloc(&h, size, &at, &st) != ST_OK) {
 			failed++;
 			continue;

@@ -17,19 +17,30 @@ static void test_buffers_fill_from_top_best_fit(void **state)
 	struct hbm h;
 	struct status st;
 	assert_int_equal(hbm_init(&h, 100 * MiB, false, &st), ST_OK);
-	int64_t a, b, c, d;
+	struct hbm_buffer a, b, c, d;
 	assert_int_equal(hbm_alloc(&h, 10 * MiB, &a, &st), ST_OK);
-	assert_int_equal(a, 90 * MiB);
+	assert_int_equal(a.offset, 90 * MiB);
 	assert_int_equal(hbm_alloc(&h, 20 * MiB, &b, &st), ST_OK);
-	assert_int_equal(b, 70 * MiB);
+	assert_int_equal(b.offset, 70 * MiB);
 	assert_int_equal(hbm_alloc(&h, 5 * MiB, &c, &st), ST_OK);
-	assert_int_equal(c, 65 * MiB);
+	assert_int_equal(c.offset, 65 * MiB);
 	/* Free the 20 MiB in the middle: a 3 MiB buffer goes into that hole (best fit over the
 	 * 65 MiB below), at its top. */
 	assert_int_equal(hbm_free(&h, b), ST_OK);
 	assert_int_equal(hbm_alloc(&h, 3 * MiB, &d, &st), ST_OK);
-	assert_int_equal(d, 87 * MiB);
-	assert_int_equal(hbm_free(&h, 12345), ST_NOT_FOUND);
+	assert_int_equal(d.offset, 87 * MiB);
+	/* What names no live buffer changes nothing: a made-up one, a freed one, a wrong offset. */
+	assert_int_equal(hbm_free(&h, (struct hbm_buffer){.offset = 12345, .id = 1}), ST_NOT_FOUND);
+	assert_int_equal(hbm_free(&h, (struct hbm_buffer){.offset = 1, .id = 1 << 30}),
+	                 ST_NOT_FOUND);
+	assert_int_equal(hbm_free(&h, b), ST_NOT_FOUND);
+	assert_int_equal(hbm_free(&h, (struct hbm_buffer){.offset = a.offset + 256, .id = a.id}),
+	                 ST_NOT_FOUND);
+	struct hbm_stats s;
+	hbm_get_stats(&h, &s);
+	assert_int_equal(s.bytes_in_use, 18 * MiB);
+	assert_int_equal(hbm_free(&h, a), ST_OK);
+	assert_int_equal(hbm_free(&h, a), ST_NOT_FOUND);
 	hbm_destroy(&h);
 }
 
@@ -38,9 +49,9 @@ static void test_sizes_are_aligned(void **state)
 	struct hbm h;
 	struct status st;
 	hbm_init(&h, 1 * MiB, false, &st);
-	int64_t a;
+	struct hbm_buffer a;
 	assert_int_equal(hbm_alloc(&h, 1, &a, &st), ST_OK);
-	assert_int_equal(a, 1 * MiB - HBM_ALIGNMENT);
+	assert_int_equal(a.offset, 1 * MiB - HBM_ALIGNMENT);
 	struct hbm_stats s;
 	hbm_get_stats(&h, &s);
 	assert_int_equal(s.bytes_in_use, HBM_ALIGNMENT);
@@ -52,7 +63,7 @@ static void test_allocation_failure_text(void **state)
 	struct hbm h;
 	struct status st;
 	hbm_init(&h, 16 * GiB, false, &st);
-	int64_t a;
+	struct hbm_buffer a;
 	assert_int_equal(hbm_alloc(&h, 12 * GiB, &a, &st), ST_OK);
 	assert_int_equal(hbm_alloc(&h, 5 * GiB, &a, &st), ST_RESOURCE_EXHAUSTED);
 	assert_string_equal(st.message, "Error allocating device buffer: Attempting to allocate "
@@ -73,7 +84,7 @@ static void test_reservation_fails_when_fragmented(void **state)
 	struct hbm h;
 	struct status st;
 	hbm_init(&h, 16 * GiB, false, &st);
-	int64_t top, low, mid;
+	struct hbm_buffer top, low, mid;
 	assert_int_equal(hbm_alloc(&h, 4 * GiB, &top, &st), ST_OK); /* [12G, 16G) */
 	assert_int_equal(hbm_alloc(&h, 4 * GiB, &mid, &st), ST_OK); /* [8G, 12G) */
 	assert_int_equal(hbm_alloc(&h, 6 * GiB, &low, &st), ST_OK); /* [2G, 8G) */
@@ -95,9 +106,9 @@ static void test_reservation_fails_when_fragmented(void **state)
 	 * Device buffers never go into the reserved region: best fit would put 1G into the 2G
 	 * gap at the bottom, which the reservation holds, so it lands in the 4G gap above.
 	 */
-	int64_t x;
+	struct hbm_buffer x;
 	assert_int_equal(hbm_alloc(&h, 1 * GiB, &x, &st), ST_OK);
-	assert_true(x >= 2 * GiB);
+	assert_true(x.offset >= 2 * GiB);
 	assert_int_equal(hbm_free(&h, x), ST_OK);
 	hbm_release_reservation(&h);
 	hbm_get_stats(&h, &s);
@@ -116,7 +127,7 @@ static void test_releasing_a_reservation_needs_nothing(void **state)
 	for (int k = 0; k < 300; k++) {
 		struct hbm h;
 		struct status st;
-		int64_t top, low, at;
+		struct hbm_buffer top, low, at;
 		assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);
 		assert_int_equal(hbm_alloc(&h, 8 * MiB, &top, &st), ST_OK); /* [56, 64) */
 		assert_int_equal(hbm_alloc(&h, 8 * MiB, &low, &st), ST_OK); /* [48, 56) */
@@ -132,7 +143,7 @@ static void test_releasing_a_reservation_needs_nothing(void **state)
 		assert_int_equal(s.bytes_reservable_limit, 48 * MiB);
 		assert_int_equal(s.largest_free_block_bytes, 48 * MiB);
 		assert_int_equal(hbm_alloc(&h, 48 * MiB, &at, &st), ST_OK);
-		assert_int_equal(at, 0);
+		assert_int_equal(at.offset, 0);
 		hbm_destroy(&h);
 	}
 }
@@ -142,7 +153,7 @@ static void test_statistics(void **state)
 	struct hbm h;
 	struct status st;
 	hbm_init(&h, 64 * MiB, false, &st);
-	int64_t a, b;
+	struct hbm_buffer a, b;
 	hbm_alloc(&h, 8 * MiB, &a, &st);
 	hbm_alloc(&h, 16 * MiB, &b, &st);
 	hbm_free(&h, a);
@@ -163,9 +174,9 @@ static void test_backing_holds_bytes(void **state)
 	struct hbm h;
 	struct status st;
 	assert_int_equal(hbm_init(&h, 256 * MiB, true, &st), ST_OK);
-	int64_t a, b;
+	struct hbm_buffer a, b;
 	hbm_alloc(&h, 4 * MiB, &a, &st);
-	unsigned char *p = hbm_ptr(&h, a);
+	unsigned char *p = hbm_ptr(&h, a.offset);
 	assert_non_null(p);
 	memset(p, 0xab, 4 * MiB);
 	assert_int_equal(p[4 * MiB - 1], 0xab);
@@ -174,21 +185,22 @@ static void test_backing_holds_bytes(void **state)
 	assert_int_equal(p[12345], 0xab);
 	/* Past the retention budget, free pages go back to the system: they read as zero. */
 	hbm_alloc(&h, HBM_RETAIN_BYTES + 4 * MiB, &b, &st);
-	memset(hbm_ptr(&h, b), 0xcd, (size_t)(HBM_RETAIN_BYTES + 4 * MiB));
+	memset(hbm_ptr(&h, b.offset), 0xcd, (size_t)(HBM_RETAIN_BYTES + 4 * MiB));
 	hbm_free(&h, b);
 	assert_int_equal(p[12345], 0);
-	assert_int_equal(((unsigned char *)hbm_ptr(&h, b))[0], 0);
+	assert_int_equal(((unsigned char *)hbm_ptr(&h, b.offset))[0], 0);
 	hbm_destroy(&h);
 
 	assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);
 	hbm_alloc(&h, 4 * MiB, &a, &st);
-	assert_null(hbm_ptr(&h, a));
+	assert_null(hbm_ptr(&h, a.offset));
 	hbm_destroy(&h);
 }
 
 /* The heap's rules written plainly (sorted blocks, linear scans): the reference. */
 struct model {
 	int64_t cap, reserved, off[4096], size[4096];
+	int32_t id[4096]; /* the heap's name for each buffer */
 	int n;
 };
 
@@ -212,6 +224,7 @@ static int64_t model_alloc(struct model *m, int64_t size)
 		pos++;
 	memmove(&m->off[pos + 1], &m->off[pos], (size_t)(m->n - pos) * sizeof(int64_t));
 	memmove(&m->size[pos + 1], &m->size[pos], (size_t)(m->n - pos) * sizeof(int64_t));
+	memmove(&m->id[pos + 1], &m->id[pos], (size_t)(m->n - pos) * sizeof(int32_t));
 	m->off[pos] = at;
 	m->size[pos] = need;
 	m->n++;
@@ -222,6 +235,7 @@ static void model_free(struct model *m, int k)
 {
 	memmove(&m->off[k], &m->off[k + 1], (size_t)(m->n - k - 1) * sizeof(int64_t));
 	memmove(&m->size[k], &m->size[k + 1], (size_t)(m->n - k - 1) * sizeof(int64_t));
+	memmove(&m->id[k], &m->id[k + 1], (size_t)(m->n - k - 1) * sizeof(int32_t));
 	m->n--;
 }
 
@@ -273,15 +287,21 @@ static void replay(int64_t max_size, unsigned seed)
 			}
 		} else if (m.n > 0 && (r % 3 == 0 || m.n == 4096)) {
 			int k = (int)((r / 3) % (unsigned)m.n);
-			assert_int_equal(hbm_free(&h, m.off[k]), ST_OK);
+			struct hbm_buffer b = {.offset = m.off[k], .id = m.id[k]};
+			assert_int_equal(hbm_free(&h, b), ST_OK);
 			model_free(&m, k);
 		} else {
-			int64_t size = (int64_t)(r % (unsigned)max_size) + 1, at;
+			int64_t size = (int64_t)(r % (unsigned)max_size) + 1;
+			struct hbm_buffer at;
 			int64_t want = model_alloc(&m, size);
 			int rv = hbm_alloc(&h, size, &at, &st);
 			assert_int_equal(rv, want < 0 ? ST_RESOURCE_EXHAUSTED : ST_OK);
-			if (want >= 0)
-				assert_int_equal(at, want);
+			if (want >= 0) {
+				assert_int_equal(at.offset, want);
+				for (int i = 0; i < m.n; i++)
+					if (m.off[i] == want)
+						m.id[i] = at.id;
+			}
 		}
 		model_check(&m, &h);
 	}
