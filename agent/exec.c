@@ -334,10 +334,25 @@ int step_run_nodes(struct device *dev, struct step *s, struct core *c, const str
 	return ST_OK;
 }
 
+/*
+ * The bytes the step writes on this core, committed before it runs (each core its own, so the
+ * host's cores do it in parallel): its reservation and the outputs it allocated.
+ */
+static void commit_step_memory(struct step *s, struct core *c)
+{
+	hbm_commit(&c->heap, 0, s->prog->temp_bytes);
+	for (size_t i = 0; i < s->n_entry; i++) {
+		const Podemu__BufferAssignment *b = s->prog->buffers[i];
+		if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT && b->donor == 0)
+			hbm_commit(&c->heap, s->at[c->local][i].offset, b->bytes);
+	}
+}
+
 static int run_core(struct device *dev, struct step *s, struct core *c, struct status *st)
 {
 	struct frame entry = {.comp = -1};
 	c->collectives_run = 0;
+	commit_step_memory(s, c);
 	return step_run_nodes(dev, s, c, &entry, st);
 }
 

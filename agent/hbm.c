@@ -288,8 +288,8 @@ static int64_t largest_gap(const struct hbm *h)
 	return g != 0 ? node(h, g)->b - node(h, g)->a : 0;
 }
 
-/* Makes segment i (a buffer) free, merged with the gaps that touch it. */
-static void segment_free(struct hbm *h, int i)
+/* Makes segment i (a buffer) free, merged with the gaps that touch it; returns that gap. */
+static int segment_free(struct hbm *h, int i)
 {
 	struct hbm_node *n = node(h, i);
 	int below = n->prev != 0 && node(h, n->prev)->gap ? n->prev : 0;
@@ -298,18 +298,17 @@ static void segment_free(struct hbm *h, int i)
 		n->gap = true;
 		gap_add(h, i);
 		bins_start(h);
-		return;
+		return i;
 	}
 	int64_t b = above ? node(h, above)->b : n->b;
 	if (below != 0 && above != 0) { /* the three become below */
 		gap_remove(h, above);
 		node_unlink(h, above);
 	}
-	if (below != 0)
-		gap_resize(h, below, node(h, below)->a, b);
-	else
-		gap_resize(h, above, n->a, b);
+	int gap = below != 0 ? below : above;
+	gap_resize(h, gap, below != 0 ? node(h, below)->a : n->a, b);
 	node_unlink(h, i);
+	return gap;
 }
 
 /* ---- The heap ---- */
@@ -361,17 +360,43 @@ void hbm_return_free_pages(struct hbm *h)
 	}
 }
 
+void hbm_commit(const struct hbm *h, int64_t offset, int64_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+	if (h->base == NULL || len < HBM_COMMIT_MIN_BYTES || offset < 0 ||
+	    offset > h->capacity - len)
+		return;
+	int64_t page = sysconf(_SC_PAGESIZE);
+	int64_t from = offset / page * page, to = (offset + len + page - 1) / page * page;
+	madvise(h->base + from, (size_t)(to - from), MADV_POPULATE_WRITE);
+#else
+	(void)h, (void)offset, (void)len;
+#endif
+}
+
 /*
- * Notes that `bytes` were freed; once more than HBM_RETAIN_BYTES are, gives the pages of every
- * free gap back to the system.
+ * [a, b) was freed and lies in the free gap [gap_a, gap_b). Its pages go back to the system at
+ * once when it is large (those it shares with a neighbouring buffer stay); small ones are
+ * counted, and once more than HBM_RETAIN_BYTES of them are, every free gap's pages go back.
  */
-static void hbm_discard(struct hbm *h, int64_t bytes)
+static void hbm_discard(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, int64_t gap_b)
 {
 	if (h->base == NULL)
 		return;
-	h->retained += bytes;
-	if (h->retained > HBM_RETAIN_BYTES)
-		hbm_return_free_pages(h);
+	if (b - a < HBM_RETAIN_BYTES) {
+		h->retained += b - a;
+		if (h->retained > HBM_RETAIN_BYTES)
+			hbm_return_free_pages(h);
+		return;
+	}
+	/* The pages wholly inside the gap that hold some of [a, b). */
+	int64_t page = sysconf(_SC_PAGESIZE);
+	int64_t from = a / page * page, to = (b + page - 1) / page * page;
+	int64_t gap_from = (gap_a + page - 1) / page * page, gap_to = gap_b / page * page;
+	from = from > gap_from ? from : gap_from;
+	to = to < gap_to ? to : gap_to;
+	if (to > from)
+		madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
 }
 
 static void hbm_note_usage(struct hbm *h)
@@ -424,10 +449,11 @@ int hbm_free(struct hbm *h, struct hbm_buffer buf)
 	    buf.offset < 0)
 		return ST_NOT_FOUND;
 	int64_t size = node(h, i)->b - node(h, i)->a;
+	int64_t a = node(h, i)->a, b = node(h, i)->b;
 	h->num_blocks--;
-	segment_free(h, i);
+	int gap = segment_free(h, i);
 	h->used -= size;
-	hbm_discard(h, size);
+	hbm_discard(h, a, b, node(h, gap)->a, node(h, gap)->b);
 	return ST_OK;
 }
 
@@ -495,10 +521,11 @@ void hbm_release_reservation(struct hbm *h)
 		gap_resize(h, g, 0, node(h, g)->b);
 		node_put(h, h->spare);
 	} else {
-		gap_add(h, node_link(h, h->spare, 0, was, true, 0));
+		g = node_link(h, h->spare, 0, was, true, 0);
+		gap_add(h, g);
 	}
 	h->spare = 0;
-	hbm_discard(h, was);
+	hbm_discard(h, 0, was, 0, node(h, g)->b);
 }
 
 void hbm_get_stats(const struct hbm *h, struct hbm_stats *out)

@@ -43,11 +43,13 @@ struct hbm_node {
 };
 
 /*
- * Freed bytes whose pages stay committed, so a buffer of the same size allocated next (the
- * common case step after step) does not page-fault anew; past this, free pages go back to the
- * system. The agent returns them all once its cores are idle (device_return_idle_memory).
+ * A freed buffer (or reservation) of this size or more gives its pages back to the system at
+ * once, so that an agent's RSS follows its bytes in use step by step (a step's next use of the
+ * memory commits it again in one call: hbm_commit). Smaller frees keep their pages, up to this
+ * much per heap, so that small steps following each other make no system call for them; the
+ * agent returns those too once its cores are idle (device_return_idle_memory).
  */
-#define HBM_RETAIN_BYTES ((int64_t)128 << 20)
+#define HBM_RETAIN_BYTES ((int64_t)1 << 20)
 
 struct hbm {
 	int64_t capacity;
@@ -115,6 +117,15 @@ int hbm_free(struct hbm *h, struct hbm_buffer buf);
  */
 int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st);
 void hbm_release_reservation(struct hbm *h);
+
+/*
+ * Commits the pages of [offset, offset + len) of a backed heap now, in one call, so that what a
+ * step first writes there costs no page fault each: on a TPU the memory simply is there. Best
+ * effort (a kernel without MADV_POPULATE_WRITE faults them in as they are touched); ranges
+ * under HBM_COMMIT_MIN_BYTES are left to that.
+ */
+#define HBM_COMMIT_MIN_BYTES ((int64_t)1 << 20)
+void hbm_commit(const struct hbm *h, int64_t offset, int64_t len);
 
 /* Host address of a heap offset, or NULL without backing. */
 static inline void *hbm_ptr(const struct hbm *h, int64_t offset)

@@ -174,21 +174,45 @@ static void test_backing_holds_bytes(void **state)
 	struct hbm h;
 	struct status st;
 	assert_int_equal(hbm_init(&h, 256 * MiB, true, &st), ST_OK);
-	struct hbm_buffer a, b;
-	hbm_alloc(&h, 4 * MiB, &a, &st);
+	struct hbm_buffer a, b, c;
+	const int64_t small = 64 * 1024;
+	hbm_alloc(&h, small, &a, &st);
 	unsigned char *p = hbm_ptr(&h, a.offset);
 	assert_non_null(p);
-	memset(p, 0xab, 4 * MiB);
-	assert_int_equal(p[4 * MiB - 1], 0xab);
-	/* A small free keeps its pages for the next buffer of that size. */
+	memset(p, 0xab, (size_t)small);
+	assert_int_equal(p[small - 1], 0xab);
+	/* A small free keeps its pages for the next buffer of that size... */
 	hbm_free(&h, a);
 	assert_int_equal(p[12345], 0xab);
-	/* Past the retention budget, free pages go back to the system: they read as zero. */
-	hbm_alloc(&h, HBM_RETAIN_BYTES + 4 * MiB, &b, &st);
-	memset(hbm_ptr(&h, b.offset), 0xcd, (size_t)(HBM_RETAIN_BYTES + 4 * MiB));
-	hbm_free(&h, b);
+	/* ... until small frees pass the retention budget: then every free page goes back. */
+	enum { N = HBM_RETAIN_BYTES / (64 * 1024) + 1 };
+	struct hbm_buffer x[N];
+	for (int i = 0; i < N; i++) {
+		hbm_alloc(&h, small, &x[i], &st);
+		memset(hbm_ptr(&h, x[i].offset), 0xab, (size_t)small);
+	}
+	for (int i = 0; i < N - 1; i++) /* the budget exactly */
+		hbm_free(&h, x[i]);
+	assert_int_equal(p[12345], 0xab);
+	hbm_free(&h, x[N - 1]);
 	assert_int_equal(p[12345], 0);
-	assert_int_equal(((unsigned char *)hbm_ptr(&h, b.offset))[0], 0);
+	/* A large one gives its pages back at once: they read as zero. */
+	hbm_alloc(&h, HBM_RETAIN_BYTES, &b, &st);
+	unsigned char *q = hbm_ptr(&h, b.offset);
+	memset(q, 0xcd, (size_t)HBM_RETAIN_BYTES);
+	hbm_free(&h, b);
+	assert_int_equal(q[0], 0);
+	assert_int_equal(q[HBM_RETAIN_BYTES - 1], 0);
+	/* But not the page it shares with a buffer still there (b's first, c's last bytes). */
+	hbm_alloc(&h, HBM_RETAIN_BYTES + 100, &b, &st);
+	hbm_alloc(&h, 100, &c, &st);
+	q = hbm_ptr(&h, b.offset);
+	unsigned char *r = hbm_ptr(&h, c.offset);
+	memset(q, 0xcd, (size_t)HBM_RETAIN_BYTES + 100);
+	memset(r, 0xef, 100);
+	hbm_free(&h, b);
+	assert_int_equal(r[99], 0xef);
+	assert_int_equal(q[HBM_RETAIN_BYTES / 2], 0);
 	hbm_destroy(&h);
 
 	assert_int_equal(hbm_init(&h, 64 * MiB, false, &st), ST_OK);
