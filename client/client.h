@@ -119,6 +119,8 @@ bool client_forked(const pe_client *c);
  * knows c's session (it restarted, and the session died with it), c opens a new session there.
  */
 int client_session_follow(pe_client *c, uint64_t coordinator_epoch, struct status *st);
+/* Empties the pending graph (after a step took it); RESOURCE_EXHAUSTED without memory. */
+int client_graph_reset(pe_client *c);
 /* The computations of the pending graph (control.c), freed with it. */
 void client_computations_free(pe_client *c);
 

@@ -1,0 +1,198 @@
+/*
+ * Steps: the pending graph cut into a step and run on the pod (pe_mark_step), planned only
+ * (pe_plan_step), or sent without waiting for it (pe_mark_step_async), and what the last step
+ * left for pe_last_step_*.
+ */
+#include "podemu/podemu.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "client.h"
+#include "graph.h"
+#include "podemu.pb-c.h"
+#include "rpc.h"
+#include "services.h"
+#include "status.h"
+
+#define STEP_TIMEOUT_MS (3600 * 1000)
+
+/* Keeps the step's per-collective timings (max over cores) for pe_last_step_collectives. */
+static void record_collectives(pe_client *c, const Podemu__StepReply *rep)
+{
+	int n = 0;
+	for (int i = 0; i < c->num_nodes; i++)
+		n += opcode_is_collective(opcode_parse(c->nodes[i]->opcode));
+	free(c->coll_micros);
+	free(c->coll_algorithms);
+	free(c->coll_scratch);
+	c->coll_micros = calloc((size_t)n + 1, sizeof(int64_t));
+	c->coll_algorithms = calloc((size_t)n + 1, sizeof(char *));
+	c->coll_scratch = calloc((size_t)n + 1, sizeof(int64_t));
+	c->num_colls = 0;
+	if (!c->coll_micros || !c->coll_algorithms || !c->coll_scratch)
+		return;
+	for (int i = 0, k = 0; i < c->num_nodes; i++) {
+		if (!opcode_is_collective(opcode_parse(c->nodes[i]->opcode)))
+			continue;
+		for (size_t t = 0; t < rep->n_timings; t++) {
+			const Podemu__CollectiveTiming *ct = rep->timings[t];
+			if (ct->node != i)
+				continue;
+			if (ct->micros > c->coll_micros[k])
+				c->coll_micros[k] = ct->micros;
+			if (c->coll_algorithms[k] == NULL)
+				c->coll_algorithms[k] = arena_strdup(c->long_arena, ct->algorithm);
+		}
+		if ((size_t)i < rep->n_node_scratch_bytes)
+			c->coll_scratch[k] = rep->node_scratch_bytes[i];
+		k++;
+	}
+	c->num_colls = n;
+}
+
+int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **algorithms, int max)
+{
+	for (int k = 0; k < c->num_colls && k < max; k++) {
+		if (micros)
+			micros[k] = c->coll_micros[k];
+		if (algorithms)
+			algorithms[k] = c->coll_algorithms[k] ? c->coll_algorithms[k] : "";
+	}
+	return c->num_colls;
+}
+
+int64_t pe_last_step_scratch_bytes(pe_client *c, int k)
+{
+	return k >= 0 && k < c->num_colls ? c->coll_scratch[k] : 0;
+}
+
+/* The pending graph as a step: its outputs are the nodes of the tensors still held. */
+struct pending_step {
+	Podemu__Graph graph;
+	pe_tensor **holders; /* [graph.n_outputs], malloc'd */
+};
+
+static int pending_step(pe_client *c, struct pending_step *p)
+{
+	int num_outputs = 0;
+	for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
+		num_outputs += t->node >= 0;
+	int32_t *outputs = arena_calloc(c->graph_arena, (size_t)num_outputs + 1, sizeof(int32_t));
+	p->holders = calloc((size_t)num_outputs + 1, sizeof(*p->holders));
+	if (outputs == NULL || p->holders == NULL) {
+		free(p->holders);
+		return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	int k = 0;
+	for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
+		if (t->node >= 0) {
+			p->holders[k] = t;
+			outputs[k++] = t->node;
+		}
+	podemu__graph__init(&p->graph);
+	p->graph.nodes = c->nodes;
+	p->graph.n_nodes = (size_t)c->num_nodes;
+	p->graph.outputs = outputs;
+	p->graph.n_outputs = (size_t)num_outputs;
+	p->graph.mesh = c->mesh;
+	p->graph.n_mesh = c->num_mesh;
+	p->graph.computations = c->comps;
+	p->graph.n_computations = (size_t)c->num_comps;
+	return ST_OK;
+}
+
+int pe_mark_step(pe_client *c)
+{
+	int rv = ST_OK;
+	c->code = PE_OK;
+	c->error[0] = '\0';
+	if (c->recording != 0)
+		return client_fail(c, ST_FAILED_PRECONDITION,
+		                   "mark_step inside a computation being recorded");
+	if (c->num_nodes == 0) {
+		if (c->num_release > 0)
+			rv = client_release_handles(c, c->release_after, c->num_release);
+		c->num_release = 0;
+		return rv;
+	}
+	struct pending_step p;
+	if ((rv = pending_step(c, &p)) != ST_OK)
+		return rv;
+	int num_outputs = (int)p.graph.n_outputs;
+	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
+	req.session = c->session;
+	req.graph = &p.graph;
+	req.release_after = c->release_after;
+	req.n_release_after = c->num_release;
+	struct arena *a;
+	void *reply;
+	rv = client_call(c, CM_EXECUTE_STEP, &req, &a, &reply, STEP_TIMEOUT_MS);
+	Podemu__StepReply *rep = reply;
+	if (rv == ST_OK && rep->n_output_handles != (size_t)num_outputs)
+		rv = client_fail(c, ST_INTERNAL, "coordinator returned %zu outputs for %d",
+		                 rep->n_output_handles, num_outputs);
+	for (int i = 0; i < num_outputs; i++) {
+		p.holders[i]->node = -1;
+		p.holders[i]->handle = rv == ST_OK ? rep->output_handles[i] : 0;
+	}
+	if (rv == ST_OK)
+		record_collectives(c, rep);
+	arena_free(a);
+	free(p.holders);
+	if (client_graph_reset(c) != ST_OK && rv == ST_OK)
+		rv = client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	return rv;
+}
+
+int pe_plan_step(pe_client *c, pe_step_plan *out)
+{
+	memset(out, 0, sizeof(*out));
+	c->code = PE_OK;
+	c->error[0] = '\0';
+	if (c->recording != 0)
+		return client_fail(c, ST_FAILED_PRECONDITION,
+		                   "plan_step inside a computation being recorded");
+	int rv = ST_OK;
+	struct pending_step p;
+	if ((rv = pending_step(c, &p)) != ST_OK)
+		return rv;
+	free(p.holders);
+	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
+	req.session = c->session;
+	req.graph = &p.graph;
+	req.compile_only = true;
+	/* What mark_step would release may be donated to its outputs: the same plan. */
+	req.release_after = c->release_after;
+	req.n_release_after = c->num_release;
+	struct arena *a;
+	void *reply;
+	rv = p.graph.n_nodes == 0
+	         ? ST_OK
+	         : client_call(c, CM_EXECUTE_STEP, &req, &a, &reply, STEP_TIMEOUT_MS);
+	if (p.graph.n_nodes == 0) {
+		out->fits = 1; /* nothing to run */
+		return PE_OK;
+	}
+	if (rv == ST_OK) {
+		const Podemu__StepReply *rep = reply;
+		out->argument_bytes = rep->argument_bytes;
+		out->output_bytes = rep->output_bytes;
+		out->temp_bytes = rep->temp_bytes;
+		out->peak_bytes = rep->argument_bytes + rep->output_bytes + rep->temp_bytes;
+		out->bytes_limit = rep->bytes_limit;
+		out->fits = rep->fits;
+		out->combined_collectives = rep->combined_collectives;
+		out->delayed_nodes = rep->delayed_nodes;
+		out->fused_nodes = rep->fused_nodes;
+		out->program_cache_hit = rep->program_cache_hit;
+		snprintf(out->oom_message, sizeof(out->oom_message), "%s",
+		         rep->oom_message ? rep->oom_message : "");
+	}
+	arena_free(a);
+	return rv;
+}
+
