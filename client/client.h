@@ -68,6 +68,16 @@ struct pe_client {
 	struct arena *long_arena;
 	Podemu__MeshAxis **mesh;
 	size_t num_mesh;
+	/*
+	 * Steps sent without waiting (steps.c): the handles the session may name outputs with,
+	 * [named_next, named_end), the sequence number of its last step sent, the one in flight,
+	 * and the first failure among them not reported yet.
+	 */
+	uint64_t named_next, named_end;
+	uint64_t step_sequence;
+	struct async_step *in_flight;
+	int async_code;
+	char async_error[STATUS_MESSAGE_MAX];
 	/* The last step's collectives: node indices, timings, algorithms, scratch. */
 	int num_colls;
 	int64_t *coll_micros;
@@ -119,6 +129,11 @@ bool client_forked(const pe_client *c);
  * knows c's session (it restarted, and the session died with it), c opens a new session there.
  */
 int client_session_follow(pe_client *c, uint64_t coordinator_epoch, struct status *st);
+/*
+ * Waits for the step pe_mark_step_async sent, if one is in flight, so that what follows sees
+ * its outputs; a failure is kept for pe_wait_device_ops (or the next step) to report.
+ */
+void client_finish_async(pe_client *c);
 /* Empties the pending graph (after a step took it); RESOURCE_EXHAUSTED without memory. */
 int client_graph_reset(pe_client *c);
 /* The computations of the pending graph (control.c), freed with it. */

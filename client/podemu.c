@@ -81,6 +81,8 @@ int client_call(pe_client *c, unsigned method, const void *req, struct arena **a
                 int timeout_ms)
 {
 	struct status st;
+	/* Whatever this call reads or changes, the step sent before it has done its part. */
+	client_finish_async(c);
 	*a = arena_new();
 	if (*a == NULL)
 		return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -209,6 +211,8 @@ void pe_disconnect(pe_client *c)
 	if (c == NULL)
 		return;
 	/* Closing the session frees every buffer it owns, on every host, in one call. */
+	if (!client_forked(c))
+		client_finish_async(c);
 	c->closing = true;
 	while (c->tensors != NULL)
 		pe_release(c->tensors);

@@ -54,8 +54,12 @@ static void *keeper_main(void *arg)
 }
 
 /* Opens a session on the coordinator: *id, *lease_ms and *epoch set. */
-static int open_session(pe_client *c, uint64_t *id, int *lease_ms, uint64_t *epoch,
-                        struct status *st)
+/*
+ * Opens a session: its id, lease and coordinator, and the block of handles it may name its
+ * steps' outputs with ([*named, *named + *named_count)).
+ */
+static int open_session(pe_client *c, uint64_t *id, int *lease_ms, uint64_t *epoch, uint64_t *named,
+                        uint64_t *named_count, struct status *st)
 {
 	char host[SESSION_TEXT_MAX] = "", name[SESSION_TEXT_MAX];
 	gethostname(host, sizeof(host) - 1);
@@ -77,6 +81,8 @@ static int open_session(pe_client *c, uint64_t *id, int *lease_ms, uint64_t *epo
 		*id = r->session;
 		*lease_ms = r->lease_ms < 100 ? 100 : r->lease_ms;
 		*epoch = r->coordinator_epoch;
+		*named = r->handle_base;
+		*named_count = r->handle_count;
 	}
 	arena_free(a);
 	return rv;
@@ -84,9 +90,13 @@ static int open_session(pe_client *c, uint64_t *id, int *lease_ms, uint64_t *epo
 
 int client_session_open(pe_client *c, struct status *st)
 {
-	int rv = open_session(c, &c->session, &c->lease_ms, &c->coordinator_epoch, st);
+	uint64_t count;
+	int rv = open_session(c, &c->session, &c->lease_ms, &c->coordinator_epoch, &c->named_next,
+	                      &count, st);
 	if (rv != ST_OK)
 		return rv;
+	c->named_end = c->named_next + count;
+	c->step_sequence = 0;
 	pthread_mutex_init(&c->keeper_lock, NULL);
 	pthread_cond_init(&c->keeper_cv, NULL);
 	if (pthread_create(&c->keeper, NULL, keeper_main, c) != 0) {
@@ -108,11 +118,15 @@ int client_session_follow(pe_client *c, uint64_t coordinator_epoch, struct statu
 {
 	if (coordinator_epoch == c->coordinator_epoch || !c->keeper_running)
 		return ST_OK;
-	uint64_t id, epoch;
+	uint64_t id, epoch, named, count;
 	int lease;
-	int rv = open_session(c, &id, &lease, &epoch, st);
+	int rv = open_session(c, &id, &lease, &epoch, &named, &count, st);
 	if (rv != ST_OK)
 		return rv;
+	/* A new session: its own handles and step order. */
+	c->named_next = named;
+	c->named_end = named + count;
+	c->step_sequence = 0;
 	pthread_mutex_lock(&c->keeper_lock);
 	c->session = id;
 	c->lease_ms = lease;

@@ -20,12 +20,25 @@
 
 #define STEP_TIMEOUT_MS (3600 * 1000)
 
-/* Keeps the step's per-collective timings (max over cores) for pe_last_step_collectives. */
-static void record_collectives(pe_client *c, const Podemu__StepReply *rep)
+/* The pending graph's collective nodes, in recording order (malloc'd; NULL without memory). */
+static int *collective_nodes(const pe_client *c, int *n)
 {
-	int n = 0;
-	for (int i = 0; i < c->num_nodes; i++)
-		n += opcode_is_collective(opcode_parse(c->nodes[i]->opcode));
+	int *list = malloc(((size_t)c->num_nodes + 1) * sizeof(int));
+	*n = 0;
+	for (int i = 0; list != NULL && i < c->num_nodes; i++)
+		if (opcode_is_collective(opcode_parse(c->nodes[i]->opcode)))
+			list[(*n)++] = i;
+	return list;
+}
+
+/*
+ * Keeps the step's per-collective timings (max over cores) for pe_last_step_collectives;
+ * colls: the step's collective nodes (collective_nodes).
+ */
+static void record_collectives(pe_client *c, const int *colls, int n, const Podemu__StepReply *rep)
+{
+	if (colls == NULL)
+		n = 0;
 	free(c->coll_micros);
 	free(c->coll_algorithms);
 	free(c->coll_scratch);
@@ -35,9 +48,8 @@ static void record_collectives(pe_client *c, const Podemu__StepReply *rep)
 	c->num_colls = 0;
 	if (!c->coll_micros || !c->coll_algorithms || !c->coll_scratch)
 		return;
-	for (int i = 0, k = 0; i < c->num_nodes; i++) {
-		if (!opcode_is_collective(opcode_parse(c->nodes[i]->opcode)))
-			continue;
+	for (int k = 0; k < n; k++) {
+		int i = colls[k];
 		for (size_t t = 0; t < rep->n_timings; t++) {
 			const Podemu__CollectiveTiming *ct = rep->timings[t];
 			if (ct->node != i)
@@ -49,7 +61,6 @@ static void record_collectives(pe_client *c, const Podemu__StepReply *rep)
 		}
 		if ((size_t)i < rep->n_node_scratch_bytes)
 			c->coll_scratch[k] = rep->node_scratch_bytes[i];
-		k++;
 	}
 	c->num_colls = n;
 }
@@ -113,6 +124,8 @@ int pe_mark_step(pe_client *c)
 	if (c->recording != 0)
 		return client_fail(c, ST_FAILED_PRECONDITION,
 		                   "mark_step inside a computation being recorded");
+	if ((rv = pe_wait_device_ops(c)) != PE_OK)
+		return rv;
 	if (c->num_nodes == 0) {
 		if (c->num_release > 0)
 			rv = client_release_handles(c, c->release_after, c->num_release);
@@ -139,8 +152,12 @@ int pe_mark_step(pe_client *c)
 		p.holders[i]->node = -1;
 		p.holders[i]->handle = rv == ST_OK ? rep->output_handles[i] : 0;
 	}
-	if (rv == ST_OK)
-		record_collectives(c, rep);
+	if (rv == ST_OK) {
+		int n;
+		int *colls = collective_nodes(c, &n);
+		record_collectives(c, colls, n, rep);
+		free(colls);
+	}
 	arena_free(a);
 	free(p.holders);
 	if (client_graph_reset(c) != ST_OK && rv == ST_OK)
@@ -196,3 +213,171 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 	return rv;
 }
 
+/* ---- Steps sent without waiting (pe_mark_step_async) ---- */
+
+/* A step sent by pe_mark_step_async whose reply has not been taken yet. */
+struct async_step {
+	struct rpc_async *x;
+	struct arena *a; /* the call's: the reply is decoded into it */
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	bool done;
+	uint64_t sequence;
+	uint64_t first_output, end_output; /* the handles it named: [first, end) */
+	int *colls;                        /* its collective nodes, for their timings */
+	int num_colls;
+};
+
+static void async_done(void *arg)
+{
+	struct async_step *s = arg;
+	pthread_mutex_lock(&s->lock);
+	s->done = true;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Notes the first failure of an asynchronous step, for the call that reports it. */
+static void async_failed(pe_client *c, uint64_t sequence, int code, const char *message)
+{
+	if (c->async_code != ST_OK)
+		return;
+	c->async_code = code;
+	snprintf(c->async_error, sizeof(c->async_error),
+	         "step %llu of this session (sent by "
+	         "mark_step_async): %s",
+	         (unsigned long long)sequence, message);
+}
+
+void client_finish_async(pe_client *c)
+{
+	struct async_step *s = c->in_flight;
+	if (s == NULL)
+		return;
+	c->in_flight = NULL;
+	pthread_mutex_lock(&s->lock);
+	while (!s->done)
+		pthread_cond_wait(&s->cv, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+	void *reply = NULL;
+	struct status st;
+	int rv = rpc_finish(s->x, s->a, &reply, &st);
+	const Podemu__StepReply *rep = reply;
+	uint64_t n = s->end_output - s->first_output;
+	if (rv == ST_OK && rep->n_output_handles != n)
+		rv = status_set(&st, ST_INTERNAL, "coordinator returned %zu outputs for %llu",
+		                rep->n_output_handles, (unsigned long long)n);
+	if (rv == ST_OK) {
+		record_collectives(c, s->colls, s->num_colls, rep);
+	} else {
+		async_failed(c, s->sequence, rv, st.message);
+		/* Its outputs have no value; a later step that read them fails too. */
+		for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
+			if (t->handle >= s->first_output && t->handle < s->end_output)
+				t->handle = 0;
+	}
+	arena_free(s->a);
+	free(s->colls);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+/* The failure of an asynchronous step not reported yet, now reported (PE_OK: none). */
+static int report_async(pe_client *c)
+{
+	if (c->async_code == ST_OK)
+		return PE_OK;
+	int code = c->async_code;
+	c->async_code = ST_OK;
+	return client_fail(c, code, "%s", c->async_error);
+}
+
+int pe_wait_device_ops(pe_client *c)
+{
+	client_finish_async(c);
+	return report_async(c);
+}
+
+/*
+ * Sends the pending graph as the session's next step with the output handles named here, so
+ * that the step after it can read them before it has run. On failure nothing was sent and the
+ * pending graph is as it was.
+ */
+static int send_async(pe_client *c, struct async_step **out)
+{
+	struct pending_step p;
+	int rv = pending_step(c, &p);
+	if (rv != ST_OK)
+		return rv;
+	size_t n = p.graph.n_outputs;
+	struct async_step *s = calloc(1, sizeof(*s));
+	uint64_t *named = arena_calloc(c->graph_arena, n + 1, sizeof(uint64_t));
+	if (s == NULL || named == NULL || (s->a = arena_new()) == NULL) {
+		free(s);
+		free(p.holders);
+		return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	for (size_t k = 0; k < n; k++)
+		named[k] = c->named_next + k;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->sequence = c->step_sequence + 1;
+	s->first_output = c->named_next;
+	s->end_output = c->named_next + n;
+	s->colls = collective_nodes(c, &s->num_colls);
+	Podemu__StepRequest req = PODEMU__STEP_REQUEST__INIT;
+	req.session = c->session;
+	req.graph = &p.graph;
+	req.release_after = c->release_after;
+	req.n_release_after = c->num_release;
+	req.output_handles = named;
+	req.n_output_handles = n;
+	req.sequence = s->sequence;
+	struct status st;
+	s->x = rpc_start(c->rpc, &podemu__coordinator__descriptor, CM_EXECUTE_STEP, &req, s->a,
+	                 STEP_TIMEOUT_MS, NULL, async_done, s, &st);
+	if (s->x == NULL) {
+		arena_free(s->a);
+		free(s->colls);
+		pthread_cond_destroy(&s->cv);
+		pthread_mutex_destroy(&s->lock);
+		free(s);
+		free(p.holders);
+		return client_fail_status(c, &st);
+	}
+	c->step_sequence = s->sequence;
+	c->named_next += n;
+	for (size_t k = 0; k < n; k++) {
+		p.holders[k]->node = -1;
+		p.holders[k]->handle = named[k];
+	}
+	free(p.holders);
+	*out = s;
+	return ST_OK;
+}
+
+int pe_mark_step_async(pe_client *c)
+{
+	c->code = PE_OK;
+	c->error[0] = '\0';
+	if (c->recording != 0)
+		return client_fail(c, ST_FAILED_PRECONDITION,
+		                   "mark_step inside a computation being recorded");
+	int outputs = 0;
+	for (pe_tensor *t = c->tensors; t != NULL; t = t->next)
+		outputs += t->node >= 0;
+	/* Nothing to run, or no handles left to name the outputs with: as pe_mark_step. */
+	if (c->num_nodes == 0 || c->named_end - c->named_next < (uint64_t)outputs)
+		return pe_mark_step(c);
+	struct async_step *s;
+	int rv = send_async(c, &s);
+	if (rv != ST_OK)
+		return rv;
+	/* The step before it has its reply in meanwhile: at most two are in flight. */
+	client_finish_async(c);
+	c->in_flight = s;
+	if (client_graph_reset(c) != ST_OK)
+		return client_fail(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	return report_async(c);
+}

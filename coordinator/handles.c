@@ -39,12 +39,16 @@ int registry_add_handle(struct registry *r, uint64_t handle, uint64_t session, i
 	}
 	int i = r->num_handles;
 	struct handle_entry *e = &r->handles[i];
-	*e = (struct handle_entry){
-	    .handle = handle, .session = session, .bytes = bytes, .shape = *shape};
+	*e = (struct handle_entry){.handle = handle,
+	                           .session = session,
+	                           .bytes = bytes,
+	                           .serial = r->next_serial,
+	                           .shape = *shape};
 	snprintf(e->layout, sizeof(e->layout), "%s", layout != NULL ? layout : "");
 	if (hindex_add(&r->index, r->handles, sizeof(r->handles[0]), i + 1, i) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	r->num_handles++;
+	r->next_serial++;
 	return ST_OK;
 }
 
@@ -85,7 +89,7 @@ struct handle_entry *registry_use_handle(struct registry *r, uint64_t handle, ui
 	}
 	int cph = r->topo.cores_per_host;
 	for (int h = 0; h < r->topo.num_hosts; h++)
-		if (handle < r->hosts[h].data_floor) {
+		if (e->serial < r->hosts[h].data_floor) {
 			status_set(
 			    st, ST_DATA_LOSS,
 			    "device buffer %llu lost its shards on host %d (cores %d..%d) when "

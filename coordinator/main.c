@@ -269,6 +269,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	pthread_mutex_init(&co.step_lock, NULL);
+	pthread_cond_init(&co.sequence_cv, NULL);
 	co.reg.session_lease_ms = session_lease;
 	snprintf(co.reg.token, sizeof(co.reg.token), "%s", token);
 	co.chunk_bytes = chunk;

@@ -35,6 +35,7 @@ int registry_init(struct registry *r, const struct topology *topo, int heartbeat
 	r->heartbeat_timeout_ms = heartbeat_timeout_ms;
 	r->session_lease_ms = SESSION_DEFAULT_LEASE_MS;
 	r->next_session = 1;
+	r->next_serial = 1;
 	pthread_mutex_init(&r->lock, NULL);
 	return ST_OK;
 }
@@ -147,7 +148,7 @@ int registry_register(struct registry *r, const struct host_claim *c, int *host_
 		if (h->registered)
 			log_warn("host %d restarted: its shards of the %d live buffers are lost",
 			         index, r->num_handles);
-		h->data_floor = r->next_handle;
+		h->data_floor = r->next_serial;
 		h->agent_epoch = agent_epoch;
 	}
 	h->registered = true;

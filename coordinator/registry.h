@@ -27,7 +27,8 @@ struct host {
 	uint64_t incarnation;
 	uint64_t agent_epoch;   /* this start of the host */
 	uint64_t process_epoch; /* the agent process serving it (several hosts may share one) */
-	uint64_t data_floor;    /* handles below this were created before the agent (re)started */
+	uint64_t
+	    data_floor; /* buffers of serials below this were made before the agent (re)started */
 	int64_t last_heartbeat_ms;
 	bool alive;
 	struct rpc_client *client;
@@ -40,6 +41,7 @@ struct handle_entry {
 	uint64_t handle;  /* first: the hash index reads it there */
 	uint64_t session; /* the client session that owns it */
 	int64_t bytes;    /* what each core's heap charges for it */
+	uint64_t serial;  /* the order it was made in (handles a session names are not) */
 	struct shape shape;
 	char layout[LAYOUT_TEXT_MAX]; /* as written; "" is the pod's layout */
 };
@@ -65,7 +67,13 @@ struct session {
 	int lease_ms;
 	enum session_state state;
 	char end_reason[160];
+	/* The handles it may name its steps' outputs with: [named_next, named_end). */
+	uint64_t named_next, named_end;
+	uint64_t next_sequence; /* the sequence number of its step that may run next */
 };
+
+/* Handles a session gets to name its steps' outputs with (OpenSessionReply.handle_count). */
+#define SESSION_HANDLE_BLOCK ((uint64_t)1 << 20)
 
 struct registry {
 	pthread_mutex_t lock;
@@ -83,6 +91,7 @@ struct registry {
 	int session_lease_ms; /* the lease of a session that does not ask for one */
 	uint64_t epoch;       /* this coordinator process; also the top bits of its handles */
 	uint64_t next_handle; /* epoch << HANDLE_EPOCH_SHIFT | counter */
+	uint64_t next_serial; /* of the next buffer made (handle_entry.serial) */
 	uint64_t next_incarnation;
 	int heartbeat_timeout_ms;
 	char token[65]; /* presented to agents */
@@ -162,6 +171,15 @@ int session_open(struct registry *r, int pid, const char *host_name, const char 
                  uint64_t *id, struct status *st);
 int session_use(struct registry *r, uint64_t id, struct status *st);
 bool session_is_open(const struct registry *r, uint64_t id);
+/* The open session id, or NULL (its address holds until sessions are added or pruned). */
+struct session *session_find(struct registry *r, uint64_t id);
+/*
+ * Checks the n handles a step of session id names its outputs with: ascending, above every
+ * one it named before and inside its block (INVALID_ARGUMENT, naming the handle, if not); on
+ * success they are the session's and none can be named again.
+ */
+int session_name_outputs(struct registry *r, uint64_t id, const uint64_t *handles, size_t n,
+                         struct status *st);
 /* Open sessions whose lease ran out before now become ENDING; up to max of their ids. */
 int session_expire(struct registry *r, int64_t now_ms, uint64_t *ids, int max);
 /* An open session starts to end (CloseSession); NOT_FOUND as session_use. */

@@ -41,6 +41,8 @@ struct step_report {
 struct coordinator {
 	struct registry reg;
 	pthread_mutex_t step_lock; /* one step or buffer operation at a time */
+	/* Under reg.lock: a session's step ran, so the next one of its order may (step.c). */
+	pthread_cond_t sequence_cv;
 	uint64_t next_step;
 	int64_t chunk_bytes;
 	int collective_timeout_ms;

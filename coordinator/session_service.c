@@ -24,6 +24,11 @@ int h_open_session(void *state, struct arena *a, const void *request, void *repl
 	int rv =
 	    session_open(&co->reg, req->pid, req->host_name, req->name, req->lease_ms, &id, st);
 	int lease = rv == ST_OK ? (req->lease_ms ? req->lease_ms : co->reg.session_lease_ms) : 0;
+	const struct session *s = rv == ST_OK ? session_find(&co->reg, id) : NULL;
+	if (s != NULL) {
+		rep->handle_base = s->named_next;
+		rep->handle_count = s->named_end - s->named_next;
+	}
 	pthread_mutex_unlock(&co->reg.lock);
 	if (rv != ST_OK)
 		return rv;

@@ -77,7 +77,16 @@ int session_open(struct registry *r, int pid, const char *host_name, const char 
 	    .last_seen_ms = registry_now_ms(),
 	    .lease_ms = lease_ms ? lease_ms : r->session_lease_ms,
 	    .state = SESSION_OPEN,
+	    .named_next = r->next_handle,
+	    .named_end = r->next_handle + SESSION_HANDLE_BLOCK,
+	    .next_sequence = 1,
 	};
+	r->next_handle += SESSION_HANDLE_BLOCK;
+	if (r->next_handle >> HANDLE_EPOCH_SHIFT != r->epoch) {
+		/* This coordinator's handles would run out: the session names none of its own. */
+		r->next_handle -= SESSION_HANDLE_BLOCK;
+		s->named_next = s->named_end = 0;
+	}
 	snprintf(s->host_name, sizeof(s->host_name), "%s", host_name ? host_name : "");
 	snprintf(s->name, sizeof(s->name), "%s", name ? name : "");
 	*id = s->id;
@@ -112,6 +121,35 @@ bool session_is_open(const struct registry *r, uint64_t id)
 {
 	const struct session *s = find(r, id);
 	return s != NULL && s->state == SESSION_OPEN;
+}
+
+struct session *session_find(struct registry *r, uint64_t id)
+{
+	struct session *s = find(r, id);
+	return s != NULL && s->state == SESSION_OPEN ? s : NULL;
+}
+
+int session_name_outputs(struct registry *r, uint64_t id, const uint64_t *handles, size_t n,
+                         struct status *st)
+{
+	struct session *s = session_find(r, id);
+	if (s == NULL)
+		return status_set(st, ST_NOT_FOUND, "session %llu is not open",
+		                  (unsigned long long)id);
+	uint64_t next = s->named_next;
+	for (size_t k = 0; k < n; k++) {
+		if (handles[k] < next || handles[k] >= s->named_end)
+			return status_set(
+			    st, ST_INVALID_ARGUMENT,
+			    "output %zu: handle %llu is not one session %llu may name now (its "
+			    "block is [%llu, %llu), ascending, each once; next free %llu)",
+			    k, (unsigned long long)handles[k], (unsigned long long)id,
+			    (unsigned long long)(s->named_end - SESSION_HANDLE_BLOCK),
+			    (unsigned long long)s->named_end, (unsigned long long)next);
+		next = handles[k] + 1;
+	}
+	s->named_next = next;
+	return ST_OK;
 }
 
 int session_expire(struct registry *r, int64_t now_ms, uint64_t *ids, int max)

@@ -275,8 +275,19 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 			                "output %zu: layout longer than %d characters", k,
 			                LAYOUT_TEXT_MAX - 1);
 	}
-	for (size_t k = 0; k < g->n_outputs; k++)
-		out_handles[k] = co->reg.next_handle++;
+	if (rv == ST_OK && req->n_output_handles > 0 && !req->compile_only) {
+		/* Named by the client, which may already have sent a step that reads them. */
+		if (req->n_output_handles != g->n_outputs)
+			rv = status_set(st, ST_INVALID_ARGUMENT,
+			                "%zu output handles named for %zu outputs",
+			                req->n_output_handles, g->n_outputs);
+		else if ((rv = session_name_outputs(&co->reg, req->session, req->output_handles,
+		                                    req->n_output_handles, st)) == ST_OK)
+			memcpy(out_handles, req->output_handles, g->n_outputs * sizeof(uint64_t));
+	} else {
+		for (size_t k = 0; k < g->n_outputs; k++)
+			out_handles[k] = co->reg.next_handle++;
+	}
 	uint64_t step_id = ++co->next_step;
 	pthread_mutex_unlock(&co->reg.lock);
 	if (rv != ST_OK)
@@ -448,6 +459,84 @@ static int owned_release_after(struct coordinator *co, const Podemu__StepRequest
 	return rv;
 }
 
+/*
+ * A step that names its place in its session's order (StepRequest.sequence) waits, up to the
+ * step timeout, until the session's earlier steps have run: a client may send a step before
+ * the one it reads from has finished, on another connection context, and the two may reach
+ * the coordinator's workers in either order.
+ */
+static int wait_turn(struct coordinator *co, const Podemu__StepRequest *req, struct status *st)
+{
+	if (req->sequence == 0)
+		return ST_OK;
+	struct timespec deadline;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += co->step_timeout_ms / 1000;
+	deadline.tv_nsec += (long)(co->step_timeout_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	int rv = ST_OK;
+	pthread_mutex_lock(&co->reg.lock);
+	for (;;) {
+		const struct session *s = session_find(&co->reg, req->session);
+		if (s == NULL) {
+			rv = session_use(&co->reg, req->session, st); /* says why */
+			if (rv == ST_OK)
+				rv = status_set(st, ST_NOT_FOUND, "session %llu is not open",
+				                (unsigned long long)req->session);
+			break;
+		}
+		if (s->next_sequence == req->sequence)
+			break;
+		if (s->next_sequence > req->sequence) {
+			rv = status_set(st, ST_INVALID_ARGUMENT,
+			                "step %llu of session %llu has been sent before",
+			                (unsigned long long)req->sequence,
+			                (unsigned long long)req->session);
+			break;
+		}
+		/* In slices, so that a session that ends meanwhile is seen. */
+		struct timespec slice;
+		clock_gettime(CLOCK_REALTIME, &slice);
+		slice.tv_nsec += 100 * 1000000;
+		if (slice.tv_nsec >= 1000000000) {
+			slice.tv_sec++;
+			slice.tv_nsec -= 1000000000;
+		}
+		bool last = slice.tv_sec > deadline.tv_sec ||
+		            (slice.tv_sec == deadline.tv_sec && slice.tv_nsec >= deadline.tv_nsec);
+		if (pthread_cond_timedwait(&co->sequence_cv, &co->reg.lock,
+		                           last ? &deadline : &slice) != 0 &&
+		    last) {
+			rv = status_set(st, ST_DEADLINE_EXCEEDED,
+			                "step %llu of session %llu waited %d ms for its step %llu, "
+			                "which did not come",
+			                (unsigned long long)req->sequence,
+			                (unsigned long long)req->session, co->step_timeout_ms,
+			                (unsigned long long)s->next_sequence);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&co->reg.lock);
+	return rv;
+}
+
+/* The session's next step in its order may run now, whether this one worked or not. */
+static void end_turn(struct coordinator *co, const Podemu__StepRequest *req)
+{
+	if (req->sequence == 0)
+		return;
+	pthread_mutex_lock(&co->reg.lock);
+	struct session *s = session_find(&co->reg, req->session);
+	if (s != NULL && s->next_sequence == req->sequence) {
+		s->next_sequence++;
+		pthread_cond_broadcast(&co->sequence_cv);
+	}
+	pthread_mutex_unlock(&co->reg.lock);
+}
+
 int h_execute_step(void *state, struct arena *a, const void *request, void *reply,
                    struct status *st)
 {
@@ -458,13 +547,17 @@ int h_execute_step(void *state, struct arena *a, const void *request, void *repl
 	bool ran = false;
 	uint64_t *released;
 	size_t n_released;
+	int rv = wait_turn(co, req, st);
+	if (rv != ST_OK)
+		return rv;
 	pthread_mutex_lock(&co->step_lock);
 	long long t0 = clock_now_us();
-	int rv = owned_release_after(co, req, a, &released, &n_released, st);
+	rv = owned_release_after(co, req, a, &released, &n_released, st);
 	if (req->compile_only) { /* nothing is dispatched, so the pod need not be ready */
 		if (rv == ST_OK)
 			rv = execute_locked(co, a, req, reply, NULL, NULL, &ran, NULL, st);
 		pthread_mutex_unlock(&co->step_lock);
+		end_turn(co, req);
 		return rv;
 	}
 	struct step_report report = {0};
@@ -481,6 +574,7 @@ int h_execute_step(void *state, struct arena *a, const void *request, void *repl
 		pthread_mutex_unlock(&co->reg.lock);
 	}
 	pthread_mutex_unlock(&co->step_lock);
+	end_turn(co, req);
 	if (rv != ST_OK)
 		log_info("step failed: %s: %s", status_code_name(rv), st->message);
 	return rv;

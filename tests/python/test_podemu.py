@@ -35,6 +35,19 @@ def test_elementwise_and_reduce_values(pod):
     assert s.shape == (4,) and s.dtype == "f32"
 
 
+def test_steps_without_waiting(pod):
+    w = pod.full([16], 1.0)
+    pod.mark_step()
+    for _ in range(10):
+        nxt = w + 1.0
+        w.release()
+        w = nxt
+        pod.mark_step(wait=False)
+    pod.wait_device_ops()
+    for core in range(pod.world_size):
+        np.testing.assert_array_equal(w.fetch(core), [11.0] * 16)
+
+
 def test_upload_per_core_and_collectives(pod):
     n = pod.world_size
     data = [np.full([2, 3], float(k), np.float32) for k in range(n)]

@@ -306,6 +306,24 @@ PE_API int pe_conditional(pe_tensor *index, int n_branches, pe_tensor *const *co
  */
 PE_API int pe_mark_step(pe_client *c);
 
+/*
+ * pe_mark_step without waiting for the step, as torch_xla's mark_step: the step is sent and
+ * its outputs become device buffers at once (ops may read them in the next step, which is
+ * then sent before this one has finished); the call waits only for the step sent before it,
+ * so that at most two are in flight. Anything else that talks to the pod (pe_fetch, memory
+ * statistics, pe_release of such a buffer, pe_mark_step) first waits for the step in flight.
+ * A failure of a step sent so is returned by the next pe_mark_step_async, pe_mark_step or
+ * pe_wait_device_ops ("step N of this session (sent by mark_step_async): ..."); its outputs
+ * then have no value, and a step that read them fails too. pe_last_step_* describe the last
+ * step that finished.
+ */
+PE_API int pe_mark_step_async(pe_client *c);
+/*
+ * Waits until every step sent by pe_mark_step_async has finished (torch_xla's
+ * wait_device_ops); returns the first failure among them not yet reported, or PE_OK.
+ */
+PE_API int pe_wait_device_ops(pe_client *c);
+
 /* What a step would need on each core (the plan is the same on every core). */
 typedef struct pe_step_plan {
 	int64_t argument_bytes;   /* device buffers the step reads */

@@ -348,9 +348,17 @@ class Pod:
         return Groups(self, ptr, "axis " + axis)
 
     # ---- steps ----
-    def mark_step(self):
-        """Compiles and runs the pending graph on every core (torch_xla's mark_step)."""
-        self._check(lib.pe_mark_step(self._client()))
+    def mark_step(self, wait=True):
+        """Compiles and runs the pending graph on every core (torch_xla's mark_step). With
+        wait=False the step is sent and this returns once the step before it has finished:
+        its outputs are usable in the next step at once; a failure is raised by the next
+        mark_step or wait_device_ops."""
+        self._check(lib.pe_mark_step(self._client()) if wait
+                    else lib.pe_mark_step_async(self._client()))
+
+    def wait_device_ops(self):
+        """Waits for every step sent by mark_step(wait=False); raises the first failure."""
+        self._check(lib.pe_wait_device_ops(self._client()))
 
     def plan_step(self):
         """The plan of the pending graph, without running it: argument/output/temp/peak

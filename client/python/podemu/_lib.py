@@ -123,6 +123,8 @@ _declare("pe_collective_permute", P, P, c_int64_p, ctypes.c_int)
 _declare("pe_last_step_collectives", ctypes.c_int, P, c_int64_p,
          ctypes.POINTER(ctypes.c_char_p), ctypes.c_int)
 _declare("pe_mark_step", ctypes.c_int, P)
+_declare("pe_mark_step_async", ctypes.c_int, P)
+_declare("pe_wait_device_ops", ctypes.c_int, P)
 _declare("pe_plan_step", ctypes.c_int, P, ctypes.POINTER(StepPlan))
 _declare("pe_fetch", ctypes.c_int, P, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
 _declare("pe_release", None, P)

@@ -13,6 +13,7 @@ REDUCE_MIN = "min"
 REDUCE_MAX = "max"
 
 __all__ = ["xla_device", "xrt_world_size", "get_ordinal", "is_master_ordinal", "mark_step",
+           "wait_device_ops",
            "all_gather", "all_reduce", "reduce_scatter", "optimization_barrier_",
            "get_memory_info", "REDUCE_SUM", "REDUCE_MUL", "REDUCE_AND", "REDUCE_OR",
            "REDUCE_MIN", "REDUCE_MAX"]
@@ -38,6 +39,11 @@ def is_master_ordinal(local=True):
 def mark_step():
     """Runs the pending graph on every core."""
     _spmd.call(lambda: _spmd.pod().mark_step())
+
+
+def wait_device_ops(devices=None):
+    """Waits for the steps sent without waiting (Pod.mark_step(wait=False))."""
+    _spmd.call(lambda: _spmd.pod().wait_device_ops())
 
 
 def _groups(groups):
