@@ -118,6 +118,8 @@ int pe_fetch(pe_tensor *t, int ordinal, void *dst, size_t dst_bytes)
 	if (t == NULL)
 		return PE_INVALID_ARGUMENT;
 	pe_client *c = t->c;
+	/* The step that makes it may be in flight: its outcome decides what there is to read. */
+	client_finish_async(c);
 	int64_t total = shape_bytes(&t->shape);
 	if ((int64_t)dst_bytes != total)
 		return client_fail(c, ST_INVALID_ARGUMENT,

@@ -95,6 +95,17 @@ static void test_a_failed_async_step_is_reported_and_leaves_the_pod_as_it_was(vo
 	int64_t big = 32 << 20;
 	pe_tensor *x = pe_full(c, PE_F32, &big, 1, 2.0);
 	assert_int_equal(pe_mark_step_async(c), PE_OK);
+	/* Read at once, before anything waited: the step's failure decides. */
+	float *dst = malloc((size_t)big * sizeof(float)); /* never touched */
+	assert_non_null(dst);
+	assert_int_equal(pe_fetch(x, 0, dst, (size_t)big * sizeof(float)), PE_FAILED_PRECONDITION);
+	assert_non_null(strstr(pe_last_error(c), "belongs to a step that failed"));
+	assert_int_equal(pe_wait_device_ops(c), PE_RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(pe_last_error(c), "(sent by mark_step_async)"));
+	/* Again, with a step over its output sent behind it. */
+	pe_release(x);
+	x = pe_full(c, PE_F32, &big, 1, 2.0);
+	assert_int_equal(pe_mark_step_async(c), PE_OK);
 	pe_tensor *y = pe_negate(x); /* reads the failed step's output */
 	assert_int_equal(pe_mark_step_async(c), PE_RESOURCE_EXHAUSTED);
 	assert_non_null(strstr(pe_last_error(c), "(sent by mark_step_async)"));
@@ -104,8 +115,6 @@ static void test_a_failed_async_step_is_reported_and_leaves_the_pod_as_it_was(vo
 	assert_int_equal(pe_wait_device_ops(c), PE_OK); /* reported once */
 	float v;
 	int64_t one = 1;
-	float *dst = malloc((size_t)big * sizeof(float)); /* never touched */
-	assert_non_null(dst);
 	assert_int_equal(pe_fetch(x, 0, dst, (size_t)big * sizeof(float)), PE_FAILED_PRECONDITION);
 	free(dst);
 	assert_non_null(strstr(pe_last_error(c), "belongs to a step that failed"));
