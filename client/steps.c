@@ -5,7 +5,6 @@
  */
 #include "podemu/podemu.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,23 +218,11 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 struct async_step {
 	struct rpc_async *x;
 	struct arena *a; /* the call's: the reply is decoded into it */
-	pthread_mutex_t lock;
-	pthread_cond_t cv;
-	bool done;
 	uint64_t sequence;
 	uint64_t first_output, end_output; /* the handles it named: [first, end) */
 	int *colls;                        /* its collective nodes, for their timings */
 	int num_colls;
 };
-
-static void async_done(void *arg)
-{
-	struct async_step *s = arg;
-	pthread_mutex_lock(&s->lock);
-	s->done = true;
-	pthread_cond_signal(&s->cv);
-	pthread_mutex_unlock(&s->lock);
-}
 
 /* Notes the first failure of an asynchronous step, for the call that reports it. */
 static void async_failed(pe_client *c, uint64_t sequence, int code, const char *message)
@@ -255,13 +242,9 @@ void client_finish_async(pe_client *c)
 	if (s == NULL)
 		return;
 	c->in_flight = NULL;
-	pthread_mutex_lock(&s->lock);
-	while (!s->done)
-		pthread_cond_wait(&s->cv, &s->lock);
-	pthread_mutex_unlock(&s->lock);
 	void *reply = NULL;
 	struct status st;
-	int rv = rpc_finish(s->x, s->a, &reply, &st);
+	int rv = rpc_wait(s->x, s->a, &reply, &st);
 	const Podemu__StepReply *rep = reply;
 	uint64_t n = s->end_output - s->first_output;
 	if (rv == ST_OK && rep->n_output_handles != n)
@@ -278,8 +261,6 @@ void client_finish_async(pe_client *c)
 	}
 	arena_free(s->a);
 	free(s->colls);
-	pthread_cond_destroy(&s->cv);
-	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
 
@@ -320,8 +301,6 @@ static int send_async(pe_client *c, struct async_step **out)
 	}
 	for (size_t k = 0; k < n; k++)
 		named[k] = c->named_next + k;
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->cv, NULL);
 	s->sequence = c->step_sequence + 1;
 	s->first_output = c->named_next;
 	s->end_output = c->named_next + n;
@@ -336,12 +315,10 @@ static int send_async(pe_client *c, struct async_step **out)
 	req.sequence = s->sequence;
 	struct status st;
 	s->x = rpc_start(c->rpc, &podemu__coordinator__descriptor, CM_EXECUTE_STEP, &req, s->a,
-	                 STEP_TIMEOUT_MS, NULL, async_done, s, &st);
+	                 STEP_TIMEOUT_MS, NULL, NULL, NULL, &st);
 	if (s->x == NULL) {
 		arena_free(s->a);
 		free(s->colls);
-		pthread_cond_destroy(&s->cv);
-		pthread_mutex_destroy(&s->lock);
 		free(s);
 		free(p.holders);
 		return client_fail_status(c, &st);

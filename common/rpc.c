@@ -330,7 +330,18 @@ struct rpc_async {
 	nng_msg *resp; /* the reply's message once done */
 	void (*done)(void *arg);
 	void *arg;
+	/* For rpc_wait: set once the call is over. */
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	bool over;
 };
+
+static void async_free(struct rpc_async *x)
+{
+	pthread_cond_destroy(&x->cv);
+	pthread_mutex_destroy(&x->lock);
+	free(x);
+}
 
 /* The call's aio completed: the request went out (then the reply is awaited), or it is over. */
 static void async_cb(void *arg)
@@ -348,7 +359,12 @@ static void async_cb(void *arg)
 		x->resp = nng_aio_get_msg(x->aio);
 	}
 	x->rv = rv;
-	x->done(x->arg);
+	if (x->done != NULL)
+		x->done(x->arg);
+	pthread_mutex_lock(&x->lock);
+	x->over = true;
+	pthread_cond_signal(&x->cv);
+	pthread_mutex_unlock(&x->lock);
 }
 
 struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
@@ -388,12 +404,14 @@ struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescript
 	podemu__rpc_request__pack(&env, nng_msg_body(msg));
 	*x = (struct rpc_async){
 	    .c = c, .m = m, .timeout_ms = timeout_ms, .cancel = cancel, .done = done, .arg = arg};
+	pthread_mutex_init(&x->lock, NULL);
+	pthread_cond_init(&x->cv, NULL);
 	int rv = nng_ctx_open(&x->ctx, c->sock);
 	if (rv == 0 && (rv = nng_aio_alloc(&x->aio, async_cb, x)) != 0)
 		nng_ctx_close(x->ctx);
 	if (rv != 0) {
 		nng_msg_free(msg);
-		free(x);
+		async_free(x);
 		status_from_nng(st, rv, "cannot call", c->url);
 		return NULL;
 	}
@@ -401,7 +419,7 @@ struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescript
 		nng_msg_free(msg);
 		nng_aio_free(x->aio);
 		nng_ctx_close(x->ctx);
-		free(x);
+		async_free(x);
 		status_set(st, ST_UNAVAILABLE, "%s", cancel->reason);
 		return NULL;
 	}
@@ -422,7 +440,7 @@ int rpc_finish(struct rpc_async *x, struct arena *a, void **reply, struct status
 	const char *url = x->c->url;
 	struct rpc_cancel *cancel = x->cancel;
 	int timeout_ms = x->timeout_ms;
-	free(x);
+	async_free(x);
 	if (rv == NNG_ECANCELED && cancel != NULL)
 		return status_set(st, ST_UNAVAILABLE, "%s", cancel->reason);
 	if (rv == NNG_ETIMEDOUT)
@@ -447,40 +465,20 @@ int rpc_finish(struct rpc_async *x, struct arena *a, void **reply, struct status
 	return ST_OK;
 }
 
-/* A call waited for by its caller. */
-struct waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cv;
-	bool done;
-};
-
-static void waiter_done(void *arg)
+int rpc_wait(struct rpc_async *x, struct arena *a, void **reply, struct status *st)
 {
-	struct waiter *w = arg;
-	pthread_mutex_lock(&w->lock);
-	w->done = true;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_lock(&x->lock);
+	while (!x->over)
+		pthread_cond_wait(&x->cv, &x->lock);
+	pthread_mutex_unlock(&x->lock);
+	return rpc_finish(x, a, reply, st);
 }
 
 int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
                          unsigned method, const void *request, struct arena *a, void **reply,
                          int timeout_ms, struct rpc_cancel *cancel, struct status *st)
 {
-	struct waiter w = {.done = false};
-	pthread_mutex_init(&w.lock, NULL);
-	pthread_cond_init(&w.cv, NULL);
 	struct rpc_async *x =
-	    rpc_start(c, svc, method, request, a, timeout_ms, cancel, waiter_done, &w, st);
-	int rv = st->code;
-	if (x != NULL) {
-		pthread_mutex_lock(&w.lock);
-		while (!w.done)
-			pthread_cond_wait(&w.cv, &w.lock);
-		pthread_mutex_unlock(&w.lock);
-		rv = rpc_finish(x, a, reply, st);
-	}
-	pthread_cond_destroy(&w.cv);
-	pthread_mutex_destroy(&w.lock);
-	return rv;
+	    rpc_start(c, svc, method, request, a, timeout_ms, cancel, NULL, NULL, st);
+	return x != NULL ? rpc_wait(x, a, reply, st) : st->code;
 }

@@ -82,10 +82,10 @@ void rpc_cancel_fire(struct rpc_cancel *c, const char *reason);
 
 /*
  * A call in flight without a thread of its own: rpc_start sends the request and returns;
- * done(arg) runs on an nng thread once the reply (or a failure) is in, and must not block;
- * then rpc_finish, from any thread but done's, decodes the reply into a as rpc_call does and
- * frees the call. rpc_start returns NULL with st set when the call cannot start (done never
- * runs then).
+ * done(arg) (if not NULL) runs on an nng thread once the reply (or a failure) is in, and must
+ * not block; then rpc_finish, from any thread but done's, decodes the reply into a as rpc_call
+ * does and frees the call. rpc_wait waits for the call to be over, then finishes it.
+ * rpc_start returns NULL with st set when the call cannot start (done never runs then).
  */
 struct rpc_async;
 struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
@@ -93,6 +93,7 @@ struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescript
                             struct rpc_cancel *cancel, void (*done)(void *arg), void *arg,
                             struct status *st);
 int rpc_finish(struct rpc_async *x, struct arena *a, void **reply, struct status *st);
+int rpc_wait(struct rpc_async *x, struct arena *a, void **reply, struct status *st);
 
 /* rpc_call that rpc_cancel_fire(cancel) can abort; cancel may be NULL. */
 int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,

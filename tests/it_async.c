@@ -12,9 +12,7 @@
 #include <cmocka.h>
 
 #include "pod_fixture.h"
-#include "podemu.pb-c.h"
-#include "rpc.h"
-#include "services.h"
+#include "raw_rpc.h"
 
 #define WORLD 4
 
@@ -132,43 +130,9 @@ static void test_a_failed_async_step_is_reported_and_leaves_the_pod_as_it_was(vo
 
 /* ---- The protocol, spoken directly ---- */
 
-static struct rpc_client *raw_client(void)
-{
-	char path[512], url[256] = "", token[256] = "";
-	snprintf(path, sizeof(path), "%s/coordinator.url", pod_state_dir);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	assert_non_null(fgets(url, sizeof(url), f));
-	fclose(f);
-	url[strcspn(url, "\n")] = '\0';
-	snprintf(path, sizeof(path), "%s/token", pod_state_dir);
-	f = fopen(path, "r");
-	assert_non_null(f);
-	assert_non_null(fgets(token, sizeof(token), f));
-	fclose(f);
-	token[strcspn(token, "\n")] = '\0';
-	struct rpc_client *rc;
-	struct status st;
-	assert_int_equal(rpc_client_open(&rc, url, false, &st), ST_OK);
-	rpc_client_set_token(rc, token);
-	return rc;
-}
-
-static int call(struct rpc_client *rc, unsigned method, const void *req, struct arena *a,
-                void **reply, struct status *st)
-{
-	return rpc_call(rc, &podemu__coordinator__descriptor, method, req, a, reply, 10000, st);
-}
-
 static const Podemu__OpenSessionReply *open_session(struct rpc_client *rc, struct arena *a)
 {
-	Podemu__OpenSessionRequest req = PODEMU__OPEN_SESSION_REQUEST__INIT;
-	req.pid = (int)getpid();
-	req.name = "raw";
-	void *reply;
-	struct status st;
-	assert_int_equal(call(rc, CM_OPEN_SESSION, &req, a, &reply, &st), ST_OK);
-	const Podemu__OpenSessionReply *r = reply;
+	const Podemu__OpenSessionReply *r = pod_raw_open_session(rc, a);
 	assert_true(r->handle_count > 0);
 	return r;
 }
@@ -226,7 +190,7 @@ static void raw_step_init(struct raw_step *s, uint64_t session, uint64_t reads, 
 static void test_named_handles_are_checked(void **state)
 {
 	(void)state;
-	struct rpc_client *rc = raw_client();
+	struct rpc_client *rc = pod_raw_client();
 	struct arena *a = arena_new();
 	const Podemu__OpenSessionReply *mine = open_session(rc, a), *other = open_session(rc, a);
 	struct status st;
@@ -234,65 +198,57 @@ static void test_named_handles_are_checked(void **state)
 	struct raw_step s;
 	uint64_t named = mine->handle_base - 1; /* below the block */
 	raw_step_init(&s, mine->session, 0, &named);
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	assert_non_null(strstr(st.message, "is not one session"));
 	named = other->handle_base; /* another session's */
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	named = mine->handle_base + mine->handle_count; /* past the block */
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	uint64_t two[2] = {mine->handle_base + 5, mine->handle_base + 6};
 	s.req.output_handles = two; /* two handles for one output */
 	s.req.n_output_handles = 2;
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	assert_non_null(strstr(st.message, "2 output handles named for 1 outputs"));
 	named = mine->handle_base + 5;
 	raw_step_init(&s, mine->session, 0, &named);
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_OK);
 	assert_int_equal(((Podemu__StepReply *)reply)->output_handles[0], named);
 	/* Once named, never again, nor anything below it. */
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	named = mine->handle_base + 4;
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s.req, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	/* The buffer it made is the session's, as any other. */
 	Podemu__TransferFromDeviceRequest get = PODEMU__TRANSFER_FROM_DEVICE_REQUEST__INIT;
 	get.session = mine->session;
 	get.handle = mine->handle_base + 5;
 	get.ordinal = 2;
 	get.length = 256 * sizeof(float);
-	assert_int_equal(call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_OK);
 	float v;
 	memcpy(&v, ((Podemu__TransferFromDeviceReply *)reply)->data.data, sizeof(v));
 	assert_true(v == 7.0f);
 	get.session = other->session;
-	assert_int_equal(call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_NOT_FOUND);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st),
+	                 ST_NOT_FOUND);
 	Podemu__SessionRequest close_req = PODEMU__SESSION_REQUEST__INIT;
 	close_req.session = mine->session;
-	assert_int_equal(call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
 	close_req.session = other->session;
-	assert_int_equal(call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
 	arena_free(a);
 	rpc_client_close(rc);
-}
-
-struct waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cv;
-	bool done;
-};
-
-static void waiter_done(void *arg)
-{
-	struct waiter *w = arg;
-	pthread_mutex_lock(&w->lock);
-	w->done = true;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->lock);
 }
 
 static void test_steps_run_in_their_order(void **state)
 {
 	(void)state;
-	struct rpc_client *rc = raw_client();
+	struct rpc_client *rc = pod_raw_client();
 	struct arena *a = arena_new(), *a2 = arena_new();
 	const Podemu__OpenSessionReply *mine = open_session(rc, a);
 	struct status st;
@@ -304,26 +260,21 @@ static void test_steps_run_in_their_order(void **state)
 	raw_step_init(&s2, mine->session, first, &second);
 	s1.req.sequence = 1;
 	s2.req.sequence = 2;
-	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
 	struct rpc_async *x = rpc_start(rc, &podemu__coordinator__descriptor, CM_EXECUTE_STEP,
-	                                &s2.req, a2, 10000, NULL, waiter_done, &w, &st);
+	                                &s2.req, a2, 10000, NULL, NULL, NULL, &st);
 	assert_non_null(x);
 	/* Long enough for step 2 to be at the coordinator first (it would fail, run first). */
 	struct timespec pause = {0, 200 * 1000000};
 	nanosleep(&pause, NULL);
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s1.req, a, &reply, &st), ST_OK);
-	pthread_mutex_lock(&w.lock);
-	while (!w.done)
-		pthread_cond_wait(&w.cv, &w.lock);
-	pthread_mutex_unlock(&w.lock);
-	assert_int_equal(rpc_finish(x, a2, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s1.req, a, &reply, &st), ST_OK);
+	assert_int_equal(rpc_wait(x, a2, &reply, &st), ST_OK);
 	/* Step 2 computed -7 from step 1's 7. */
 	Podemu__TransferFromDeviceRequest get = PODEMU__TRANSFER_FROM_DEVICE_REQUEST__INIT;
 	get.session = mine->session;
 	get.handle = second;
 	get.ordinal = 1;
 	get.length = sizeof(float);
-	assert_int_equal(call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_OK);
 	float v;
 	memcpy(&v, ((Podemu__TransferFromDeviceReply *)reply)->data.data, sizeof(v));
 	assert_true(v == -7.0f);
@@ -331,11 +282,12 @@ static void test_steps_run_in_their_order(void **state)
 	uint64_t third = mine->handle_base + 2;
 	raw_step_init(&s1, mine->session, 0, &third);
 	s1.req.sequence = 2;
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &s1.req, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &s1.req, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	assert_non_null(strstr(st.message, "has been sent before"));
 	Podemu__SessionRequest close_req = PODEMU__SESSION_REQUEST__INIT;
 	close_req.session = mine->session;
-	assert_int_equal(call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
 	arena_free(a);
 	arena_free(a2);
 	rpc_client_close(rc);

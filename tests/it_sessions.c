@@ -17,9 +17,7 @@
 #include <sys/types.h>
 
 #include "pod_fixture.h"
-#include "podemu.pb-c.h"
-#include "rpc.h"
-#include "services.h"
+#include "raw_rpc.h"
 
 #define LEASE_MS 2000
 #define WORLD 4
@@ -231,18 +229,6 @@ static void test_exit_without_release(void **state)
 	survivor_check(s);
 }
 
-/* The first line of a file of the pod's state directory. */
-static void state_file_line(const char *name, char *out, size_t len)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", pod_state_dir, name);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	assert_non_null(fgets(out, (int)len, f));
-	fclose(f);
-	out[strcspn(out, "\n")] = '\0';
-}
-
 /*
  * A child forked after pe_connect that disconnects (a Python worker's finalizer, say) leaves
  * its parent's session and buffers alone: they are the parent's.
@@ -269,38 +255,16 @@ static void test_a_forked_child_does_not_end_the_parents_session(void **state)
 	survivor_check(s);
 }
 
-/* One raw call to the coordinator. */
-static int call(struct rpc_client *rc, unsigned method, const void *req, struct arena *a,
-                void **reply, struct status *st)
-{
-	return rpc_call(rc, &podemu__coordinator__descriptor, method, req, a, reply, 10000, st);
-}
-
-static uint64_t open_session(struct rpc_client *rc, struct arena *a)
-{
-	Podemu__OpenSessionRequest req = PODEMU__OPEN_SESSION_REQUEST__INIT;
-	req.pid = (int)getpid();
-	req.name = "raw";
-	void *reply;
-	struct status st;
-	assert_int_equal(call(rc, CM_OPEN_SESSION, &req, a, &reply, &st), ST_OK);
-	return ((Podemu__OpenSessionReply *)reply)->session;
-}
-
 static void test_sessions_are_apart(void **state)
 {
 	struct survivor *s = *state;
-	char url[256], token[256];
-	state_file_line("coordinator.url", url, sizeof(url));
-	state_file_line("token", token, sizeof(token));
-	struct rpc_client *rc;
+	struct rpc_client *rc = pod_raw_client();
 	struct status st;
-	assert_int_equal(rpc_client_open(&rc, url, false, &st), ST_OK);
-	rpc_client_set_token(rc, token);
 	struct arena *a = arena_new();
 	int64_t base[WORLD];
 	memory_all(s->c, base);
-	uint64_t mine = open_session(rc, a), other = open_session(rc, a);
+	uint64_t mine = pod_raw_open_session(rc, a)->session,
+	         other = pod_raw_open_session(rc, a)->session;
 	assert_true(mine != other);
 
 	int64_t dims[1] = {256};
@@ -312,9 +276,10 @@ static void test_sessions_are_apart(void **state)
 	create.shape = &shape;
 	void *reply;
 	/* No session: refused. */
-	assert_int_equal(call(rc, CM_CREATE_BUFFER, &create, a, &reply, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(pod_raw_call(rc, CM_CREATE_BUFFER, &create, a, &reply, &st),
+	                 ST_INVALID_ARGUMENT);
 	create.session = mine;
-	assert_int_equal(call(rc, CM_CREATE_BUFFER, &create, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_CREATE_BUFFER, &create, a, &reply, &st), ST_OK);
 	uint64_t h = ((Podemu__CreateBufferReply *)reply)->handle;
 	float ones[256];
 	for (int i = 0; i < 256; i++)
@@ -325,7 +290,7 @@ static void test_sessions_are_apart(void **state)
 	put.ordinal = 3;
 	put.data.data = (uint8_t *)ones;
 	put.data.len = sizeof(ones);
-	assert_int_equal(call(rc, CM_TRANSFER_TO_DEVICE, &put, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_TO_DEVICE, &put, a, &reply, &st), ST_OK);
 
 	/* The other session reads, writes, computes with and releases nothing of it. */
 	Podemu__TransferFromDeviceRequest get = PODEMU__TRANSFER_FROM_DEVICE_REQUEST__INIT;
@@ -333,15 +298,17 @@ static void test_sessions_are_apart(void **state)
 	get.handle = h;
 	get.ordinal = 3;
 	get.length = sizeof(ones);
-	assert_int_equal(call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_NOT_FOUND);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st),
+	                 ST_NOT_FOUND);
 	assert_non_null(strstr(st.message, "another session's"));
 	put.session = other;
-	assert_int_equal(call(rc, CM_TRANSFER_TO_DEVICE, &put, a, &reply, &st), ST_NOT_FOUND);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_TO_DEVICE, &put, a, &reply, &st),
+	                 ST_NOT_FOUND);
 	Podemu__ReleaseRequest rel = PODEMU__RELEASE_REQUEST__INIT;
 	rel.handles = &h;
 	rel.n_handles = 1;
 	rel.session = other;
-	assert_int_equal(call(rc, CM_RELEASE, &rel, a, &reply, &st), ST_NOT_FOUND);
+	assert_int_equal(pod_raw_call(rc, CM_RELEASE, &rel, a, &reply, &st), ST_NOT_FOUND);
 	Podemu__Node param = PODEMU__NODE__INIT, neg = PODEMU__NODE__INIT;
 	param.opcode = "parameter";
 	param.handle = h;
@@ -359,29 +326,30 @@ static void test_sessions_are_apart(void **state)
 	Podemu__StepRequest step = PODEMU__STEP_REQUEST__INIT;
 	step.graph = &g;
 	step.session = other;
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &step, a, &reply, &st), ST_NOT_FOUND);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &step, a, &reply, &st), ST_NOT_FOUND);
 	step.release_after = &h; /* nor releases it along with a step of its own */
 	step.n_release_after = 1;
 	step.graph = NULL;
-	assert_int_equal(call(rc, CM_EXECUTE_STEP, &step, a, &reply, &st), ST_NOT_FOUND);
+	assert_int_equal(pod_raw_call(rc, CM_EXECUTE_STEP, &step, a, &reply, &st), ST_NOT_FOUND);
 
 	/* Its owner still reads it as written. */
 	get.session = mine;
-	assert_int_equal(call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_OK);
 	assert_memory_equal(((Podemu__TransferFromDeviceReply *)reply)->data.data, ones,
 	                    sizeof(ones));
 	/* Closing a session frees what it owns, at once; its handles are then unknown. */
 	Podemu__SessionRequest close_req = PODEMU__SESSION_REQUEST__INIT;
 	close_req.session = mine;
-	assert_int_equal(call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
 	int64_t now[WORLD];
 	memory_all(s->c, now);
 	assert_memory_equal(now, base, sizeof(now));
 	get.session = mine;
-	assert_int_equal(call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st), ST_NOT_FOUND);
+	assert_int_equal(pod_raw_call(rc, CM_TRANSFER_FROM_DEVICE, &get, a, &reply, &st),
+	                 ST_NOT_FOUND);
 	assert_non_null(strstr(st.message, "has ended: the client closed it"));
 	close_req.session = other;
-	assert_int_equal(call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
+	assert_int_equal(pod_raw_call(rc, CM_CLOSE_SESSION, &close_req, a, &reply, &st), ST_OK);
 	arena_free(a);
 	rpc_client_close(rc);
 	survivor_check(s);
