@@ -346,6 +346,20 @@ void hbm_destroy(struct hbm *h)
 	memset(h, 0, sizeof(*h));
 }
 
+/*
+ * madvise in pieces: each call holds the process's memory map lock for its whole range, and a
+ * long one (hundreds of MiB) would stall every other thread that maps memory or faults (the
+ * agent's heartbeat among them).
+ */
+#define HBM_ADVISE_PIECE ((int64_t)8 << 20)
+
+static void advise(const struct hbm *h, int64_t from, int64_t to, int advice)
+{
+	for (int64_t at = from; at < to; at += HBM_ADVISE_PIECE)
+		madvise(h->base + at,
+		        (size_t)(to - at < HBM_ADVISE_PIECE ? to - at : HBM_ADVISE_PIECE), advice);
+}
+
 void hbm_return_free_pages(struct hbm *h)
 {
 	if (h->base == NULL)
@@ -356,7 +370,7 @@ void hbm_return_free_pages(struct hbm *h)
 		const struct hbm_node *g = node(h, i);
 		int64_t from = (g->a + page - 1) / page * page, to = g->b / page * page;
 		if (g->gap && to > from)
-			madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
+			advise(h, from, to, MADV_DONTNEED);
 	}
 }
 
@@ -368,7 +382,7 @@ void hbm_commit(const struct hbm *h, int64_t offset, int64_t len)
 		return;
 	int64_t page = sysconf(_SC_PAGESIZE);
 	int64_t from = offset / page * page, to = (offset + len + page - 1) / page * page;
-	madvise(h->base + from, (size_t)(to - from), MADV_POPULATE_WRITE);
+	advise(h, from, to, MADV_POPULATE_WRITE);
 #else
 	(void)h, (void)offset, (void)len;
 #endif
@@ -396,7 +410,7 @@ static void hbm_discard(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, int6
 	from = from > gap_from ? from : gap_from;
 	to = to < gap_to ? to : gap_to;
 	if (to > from)
-		madvise(h->base + from, (size_t)(to - from), MADV_DONTNEED);
+		advise(h, from, to, MADV_DONTNEED);
 }
 
 static void hbm_note_usage(struct hbm *h)
