@@ -360,18 +360,30 @@ static void advise(const struct hbm *h, int64_t from, int64_t to, int advice)
 		        (size_t)(to - at < HBM_ADVISE_PIECE ? to - at : HBM_ADVISE_PIECE), advice);
 }
 
+/*
+ * Gives back the pages that hold some of [a, b) and lie wholly inside the free gap
+ * [gap_a, gap_b) (a page shared with a buffer stays).
+ */
+static void discard_pages(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, int64_t gap_b)
+{
+	int64_t page = sysconf(_SC_PAGESIZE);
+	int64_t from = a / page * page, to = (b + page - 1) / page * page;
+	int64_t gap_from = (gap_a + page - 1) / page * page, gap_to = gap_b / page * page;
+	from = from > gap_from ? from : gap_from;
+	to = to < gap_to ? to : gap_to;
+	if (to > from)
+		advise(h, from, to, MADV_DONTNEED);
+}
+
 void hbm_return_free_pages(struct hbm *h)
 {
 	if (h->base == NULL)
 		return;
 	h->retained = 0;
-	int64_t page = sysconf(_SC_PAGESIZE);
-	for (int i = h->first; i != 0; i = node(h, i)->next) {
-		const struct hbm_node *g = node(h, i);
-		int64_t from = (g->a + page - 1) / page * page, to = g->b / page * page;
-		if (g->gap && to > from)
-			advise(h, from, to, MADV_DONTNEED);
-	}
+	for (int i = h->first; i != 0; i = node(h, i)->next)
+		if (node(h, i)->gap)
+			discard_pages(h, node(h, i)->a, node(h, i)->b, node(h, i)->a,
+			              node(h, i)->b);
 }
 
 void hbm_commit(const struct hbm *h, int64_t offset, int64_t len)
@@ -403,14 +415,7 @@ static void hbm_discard(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, int6
 			hbm_return_free_pages(h);
 		return;
 	}
-	/* The pages wholly inside the gap that hold some of [a, b). */
-	int64_t page = sysconf(_SC_PAGESIZE);
-	int64_t from = a / page * page, to = (b + page - 1) / page * page;
-	int64_t gap_from = (gap_a + page - 1) / page * page, gap_to = gap_b / page * page;
-	from = from > gap_from ? from : gap_from;
-	to = to < gap_to ? to : gap_to;
-	if (to > from)
-		advise(h, from, to, MADV_DONTNEED);
+	discard_pages(h, a, b, gap_a, gap_b);
 }
 
 static void hbm_note_usage(struct hbm *h)

@@ -45,7 +45,7 @@ struct hbm_node {
 /*
  * A freed buffer (or reservation) of this size or more gives its pages back to the system at
  * once, so that an agent's RSS follows its bytes in use step by step (a step's next use of the
- * memory commits it again in one call: hbm_commit). Smaller frees keep their pages, up to this
+ * memory commits it again up front: hbm_commit). Smaller frees keep their pages, up to this
  * much per heap, so that small steps following each other make no system call for them; the
  * agent returns those too once its cores are idle (device_return_idle_memory).
  */
@@ -119,8 +119,9 @@ int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st);
 void hbm_release_reservation(struct hbm *h);
 
 /*
- * Commits the pages of [offset, offset + len) of a backed heap now, in one call, so that what a
- * step first writes there costs no page fault each: on a TPU the memory simply is there. Best
+ * Commits the pages of [offset, offset + len) of a backed heap now, a few MiB per system call,
+ * so that what a step first writes there costs no page fault each: on a TPU the memory simply
+ * is there. Best
  * effort (a kernel without MADV_POPULATE_WRITE faults them in as they are touched); ranges
  * under HBM_COMMIT_MIN_BYTES are left to that.
  */

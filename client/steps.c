@@ -231,8 +231,7 @@ static void async_failed(pe_client *c, uint64_t sequence, int code, const char *
 		return;
 	c->async_code = code;
 	snprintf(c->async_error, sizeof(c->async_error),
-	         "step %llu of this session (sent by "
-	         "mark_step_async): %s",
+	         "step %llu of this session (sent by mark_step_async): %s",
 	         (unsigned long long)sequence, message);
 }
 
