@@ -34,10 +34,7 @@ static int teardown(void **state)
 
 static void memory_all(pe_client *c, int64_t *used)
 {
-	pe_memory_info m[WORLD];
-	assert_int_equal(pe_memory_info_all(c, m, WORLD), PE_OK);
-	for (int i = 0; i < WORLD; i++)
-		used[i] = m[i].bytes_used;
+	assert_int_equal(pod_bytes_used(c, used, WORLD), PE_OK);
 }
 
 /* w = all-reduce(w) / world + 1, steps times (each step reads the one before), then read. */

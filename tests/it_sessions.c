@@ -82,10 +82,7 @@ static pid_t spawn_child(const char *role)
 
 static void memory_all(pe_client *c, int64_t *used)
 {
-	pe_memory_info m[WORLD];
-	assert_int_equal(pe_memory_info_all(c, m, WORLD), PE_OK);
-	for (int i = 0; i < WORLD; i++)
-		used[i] = m[i].bytes_used;
+	assert_int_equal(pod_bytes_used(c, used, WORLD), PE_OK);
 }
 
 /* Seconds until every core's bytes in use are back to before (or -1 after 15 s). */

@@ -72,6 +72,16 @@ static pe_client *pod_start(const char *args)
 	return c;
 }
 
+/* Every core's bytes in use, used[0..n) (n: the pod's world size, at most 64); a pe code. */
+static inline int pod_bytes_used(pe_client *c, int64_t *used, int n)
+{
+	pe_memory_info m[64];
+	int rv = n <= 64 ? pe_memory_info_all(c, m, n) : PE_INVALID_ARGUMENT;
+	for (int i = 0; rv == PE_OK && i < n; i++)
+		used[i] = m[i].bytes_used;
+	return rv;
+}
+
 /* Seconds on the monotonic clock. */
 static inline double pod_now_s(void)
 {
