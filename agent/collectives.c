@@ -236,6 +236,11 @@ static struct inbox_entry *take_entry(struct run *r, int src, uint32_t tag, int6
 static void ack_entry(struct run *r, struct inbox_entry *e, int code, const char *why)
 {
 	if (e->req != NULL) {
+		if (e->in_slot) { /* free before the acknowledgement lets its sender go on */
+			pthread_mutex_lock(&r->dev->lock);
+			receive_slot_put(r->dev, r->s, e->payload);
+			pthread_mutex_unlock(&r->dev->lock);
+		}
 		dp_complete(e->req, code, why);
 		free(e);
 		return;

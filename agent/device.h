@@ -152,8 +152,8 @@ int device_memory_stats(struct device *dev, struct arena *a, int ordinal, Podemu
 /*
  * Steps (exec.c). prepare validates the program and allocates every core's outputs and
  * temporary reservation (all cores or none: RESOURCE_EXHAUSTED names the core). run executes it
- * on every core, frees release_after, and returns each core's time in each collective
- * (allocated from a). abort drops a prepared step.
+ * on every core, frees release_after, and fills rep with each core's time in each collective
+ * (allocated from a) and the host's use of its receive slots. abort drops a prepared step.
  */
 int device_prepare(struct device *dev, const Podemu__Program *prog, struct status *st);
 /*
@@ -163,8 +163,7 @@ void device_adopt_early(struct device *dev, struct step *s);
 /* Refuses every chunk still waiting for its step (the agent stops). Lock held. */
 void device_drop_early(struct device *dev, const char *why);
 int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
-               size_t n_release, struct arena *a, Podemu__CollectiveTiming ***timings,
-               size_t *n_timings, struct status *st);
+               size_t n_release, struct arena *a, Podemu__MemoryStatsReply *rep, struct status *st);
 /*
  * abort also tells where each core of the host is (positions[cores_per_host], unless NULL): the
  * collective node it waits in, CORE_COMPUTING, or CORE_DONE.

@@ -35,6 +35,7 @@ void step_free_outputs(struct device *dev, struct step *s)
 
 void step_destroy(struct device *dev, struct step *s)
 {
+	receive_slots_drain(dev, s);
 	coll_step_cleanup(dev, s);
 	device_note_activity(dev);
 	for (int c = 0; c < dev->cores_per_host; c++)
@@ -160,8 +161,10 @@ int device_deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 	struct step *s = dev->step;
 	int rv = s != NULL && s->id == h->step_id ? coll_enqueue_remote(dev, s, req, h, payload, st)
 	                                          : no_step(dev, h, st);
-	if (s != NULL && rv != DP_PARKED)
+	if (s != NULL && rv != DP_PARKED) {
 		coll_unplace(dev, s, req); /* refused: its receive no longer waits for it */
+		receive_slot_put(dev, s, payload);
+	}
 	pthread_mutex_unlock(&dev->lock);
 	return rv;
 }
@@ -172,8 +175,11 @@ void *device_place(void *arg, struct dp_request *req, const struct dp_header *h)
 	void *at = NULL;
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
-	if (s != NULL && s->id == h->step_id && dev->backed)
+	if (s != NULL && s->id == h->step_id && dev->backed) {
 		at = coll_place(dev, s, req, h);
+		if (at == NULL)
+			at = receive_slot_take(s, req, (int64_t)h->length);
+	}
 	pthread_mutex_unlock(&dev->lock);
 	return at;
 }
@@ -182,8 +188,10 @@ void device_unplace(void *arg, struct dp_request *req)
 {
 	struct device *dev = arg;
 	pthread_mutex_lock(&dev->lock);
-	if (dev->step != NULL)
+	if (dev->step != NULL) {
 		coll_unplace(dev, dev->step, req);
+		receive_slot_put(dev, dev->step, dp_request_payload(req));
+	}
 	pthread_mutex_unlock(&dev->lock);
 }
 
@@ -459,8 +467,7 @@ static int step_timings(struct device *dev, struct step *s, struct arena *a,
 }
 
 int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_after,
-               size_t n_release, struct arena *a, Podemu__CollectiveTiming ***timings,
-               size_t *n_timings, struct status *st)
+               size_t n_release, struct arena *a, Podemu__MemoryStatsReply *rep, struct status *st)
 {
 	pthread_mutex_lock(&dev->lock);
 	struct step *s = dev->step;
@@ -485,7 +492,9 @@ int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_aft
 			rv =
 			    status_set(st, s->core_status[c].code, "%s", s->core_status[c].message);
 	if (rv == ST_OK)
-		rv = step_timings(dev, s, a, timings, n_timings, st);
+		rv = step_timings(dev, s, a, &rep->timings, &rep->n_timings, st);
+	rep->receive_peak_slots = s->receive.peak;
+	rep->receive_outside = s->receive.outside;
 	if (rv == ST_OK)
 		rv = step_publish(dev, s, st);
 	step_free_outputs(dev, s);

@@ -34,6 +34,7 @@ int coll_enqueue_remote(struct device *dev, struct step *s, struct dp_request *r
 	e->h = *h;
 	e->payload = payload;
 	e->req = req;
+	e->in_slot = receive_slot_read(dev, s, payload);
 	for (int k = 0; k < s->posts[local].n; k++)
 		if (s->posts[local].list[k].placing == req) {
 			s->posts[local].list[k].placing = NULL;
@@ -85,6 +86,8 @@ void coll_step_cleanup(struct device *dev, struct step *s)
 		struct inbox_entry *e = s->inbox[c];
 		while (e != NULL) {
 			struct inbox_entry *next = e->next;
+			if (e->in_slot)
+				receive_slot_put(dev, s, e->payload);
 			if (e->req != NULL)
 				dp_complete(e->req, ST_ABORTED, "the receiving step ended");
 			free(e);

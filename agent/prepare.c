@@ -280,6 +280,8 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 			s->fusion_next[i] = s->fusion_head[p->fused_into[i]];
 			s->fusion_head[p->fused_into[i]] = (int)i;
 		}
+	if ((rv = receive_slots_check(p, st)) != ST_OK)
+		return rv;
 	s->window = p->window > 0 && p->window <= 64 ? p->window : 4;
 	/* Each core of a peer host sends us at most a window of chunks at a time. */
 	if (dev->dp != NULL)
@@ -469,7 +471,8 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 		rv = check_assignment(dev, s, i, st);
 	if (rv == ST_OK)
 		rv = step_allocate(dev, s, st);
-	if (rv == ST_OK && (rv = control_allocate(dev, s, st)) != ST_OK) {
+	if (rv == ST_OK && ((rv = control_allocate(dev, s, st)) != ST_OK ||
+	                    (rv = receive_slots_init(dev, s, st)) != ST_OK)) {
 		step_free_outputs(dev, s);
 		for (int c = 0; c < dev->cores_per_host; c++)
 			hbm_release_reservation(&dev->cores[c].heap);

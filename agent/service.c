@@ -73,7 +73,7 @@ static int h_execute(void *state, struct arena *a, const void *request, void *re
 		return rv;
 	}
 	rv = device_run(&ag->dev, req->program->step_id, req->release_after, req->n_release_after,
-	                a, &rep->timings, &rep->n_timings, st);
+	                a, rep, st);
 	if (rv != ST_OK)
 		return rv;
 	return device_memory_stats(&ag->dev, a, -1, &rep->cores, &rep->n_cores, st);

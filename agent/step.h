@@ -12,6 +12,7 @@ struct inbox_entry {
 	const void *payload;
 	struct dp_request *req; /* from a peer agent: acknowledged with dp_complete */
 	bool placed;            /* from a peer agent: read straight into the output already */
+	bool in_slot;           /* from a peer agent: its payload is in a receive slot */
 	int done;               /* local: the receiver consumed it */
 	int orphan;             /* local: the sender gave up; the receiver frees it */
 };
@@ -34,6 +35,19 @@ struct recv_post {
 struct recv_posts {
 	struct recv_post *list; /* one per phase of the running collective */
 	int n;
+};
+
+/* The host's receive slots for a step (receive_slots.c); all under the device lock. */
+struct receive_slots {
+	int n;        /* on this host (0: none, or no backing) */
+	int per_core; /* each core's share, at the top of its reservation */
+	int64_t bytes;
+	unsigned char **base; /* [core]: its share's first slot */
+	int *free_list;       /* slot numbers, core * per_core + k */
+	int n_free;
+	struct dp_request **reading; /* [slot]: the chunk being read into it, or NULL */
+	int peak;                    /* the most in use at once */
+	int64_t outside;             /* chunks from peer hosts that found no slot */
 };
 
 #define CORE_COMPUTING (-1)
@@ -82,6 +96,7 @@ struct step {
 	int64_t *micros;            /* [core * num_colls] */
 	int *fusion_head;           /* [node]: first node fused into it, or -1 */
 	int *fusion_next;           /* [node]: the next node of the same fusion, or -1 */
+	struct receive_slots receive;
 };
 
 /* The index the client recorded node i under (the coordinator may have reordered nodes). */
@@ -183,6 +198,22 @@ void *coll_place(struct device *dev, struct step *s, struct dp_request *req,
                  const struct dp_header *h);
 /* A chunk being placed was lost with its stream. Lock held. */
 void coll_unplace(struct device *dev, struct step *s, struct dp_request *req);
+/*
+ * Receive slots (receive_slots.c), all with the device lock held. check: the program's slots
+ * lie in its reservation (at step_build). init: the host's slots from its cores' reservations
+ * (at prepare, once they are allocated). take: a free slot for a chunk of len bytes being read
+ * by req, or NULL (then counted as outside). read: the chunk read into payload is delivered;
+ * true when payload is a slot. put: the slot at payload is free again (a chunk consumed, or
+ * one whose read broke off). drain: cancels the reads into slots and waits for them to end,
+ * before the reservation goes.
+ */
+int receive_slots_check(const Podemu__Program *p, struct status *st);
+int receive_slots_init(struct device *dev, struct step *s, struct status *st);
+void *receive_slot_take(struct step *s, struct dp_request *req, int64_t len);
+bool receive_slot_read(struct device *dev, struct step *s, const void *payload);
+void receive_slot_put(struct device *dev, struct step *s, const void *payload);
+void receive_slots_drain(struct device *dev, struct step *s);
+
 /* Answers and frees every chunk still queued when the step ends (lock held). */
 void coll_step_cleanup(struct device *dev, struct step *s);
 

@@ -83,6 +83,7 @@ struct pe_client {
 	int64_t *coll_micros;
 	char **coll_algorithms;
 	int64_t *coll_scratch;
+	pe_receive_info receive; /* the last step's receive slots */
 };
 
 struct pe_groups {

@@ -62,6 +62,14 @@ static void record_collectives(pe_client *c, const int *colls, int n, const Pode
 			c->coll_scratch[k] = rep->node_scratch_bytes[i];
 	}
 	c->num_colls = n;
+	c->receive = (pe_receive_info){.reserved_bytes = rep->receive_bytes,
+	                               .peak_host_bytes = rep->receive_peak_bytes,
+	                               .outside_chunks = rep->receive_outside_chunks};
+}
+
+void pe_last_step_receive(pe_client *c, pe_receive_info *out)
+{
+	*out = c->receive;
 }
 
 int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **algorithms, int max)
@@ -205,6 +213,7 @@ int pe_plan_step(pe_client *c, pe_step_plan *out)
 		out->delayed_nodes = rep->delayed_nodes;
 		out->fused_nodes = rep->fused_nodes;
 		out->program_cache_hit = rep->program_cache_hit;
+		out->receive_bytes = rep->receive_bytes;
 		snprintf(out->oom_message, sizeof(out->oom_message), "%s",
 		         rep->oom_message ? rep->oom_message : "");
 	}

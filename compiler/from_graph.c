@@ -114,6 +114,22 @@ static int groups_text(const char **out, const Podemu__Graph *g, const Podemu__N
 	return rv;
 }
 
+/* A collective-permute's pairs as XLA writes them ("{{0,1},{1,2}}"); NULL without memory. */
+static const char *pairs_text(const Podemu__Node *n, struct arena *a)
+{
+	size_t cap = 4 + n->n_source_target_pairs * 24, at = 0;
+	char *text = arena_alloc(a, cap);
+	if (text == NULL)
+		return NULL;
+	at += (size_t)snprintf(text, cap, "{");
+	for (size_t k = 0; k + 1 < n->n_source_target_pairs; k += 2)
+		at += (size_t)snprintf(text + at, cap - at, "%s{%lld,%lld}", k ? "," : "",
+		                       (long long)n->source_target_pairs[k],
+		                       (long long)n->source_target_pairs[k + 1]);
+	snprintf(text + at, cap - at, "}");
+	return text;
+}
+
 /* The reduction of a node as a to_apply name: "add", or "add*0.5" with a scale. */
 static const char *reduction(const Podemu__Node *n, struct arena *a)
 {
@@ -259,6 +275,9 @@ static int build_computation(struct hlo_computation *c, const struct source *src
 				return rv;
 			if (op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER)
 				in->to_apply_name = reduction(node, a);
+			if (op == OP_COLLECTIVE_PERMUTE &&
+			    (in->source_target_pairs = pairs_text(node, a)) == NULL)
+				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		}
 	}
 	if (!src->entry) {

@@ -1,5 +1,9 @@
 #include "hlo_collective.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective.h"
 #include "layout.h"
 
 enum opcode hlo_collective_op(const struct hlo_instruction *in)
@@ -62,4 +66,197 @@ struct coll_workspace hlo_collective_workspace(const struct hlo_instruction *in,
 	               lower_blocks_strided(blocks->dims, blocks->rank, d);
 	return lower_workspace(op, n, layout_bytes(operand, false), layout_bytes(result, false),
 	                       strided, chunk_bytes, window, forced_algorithm);
+}
+
+/*
+ * An array as the pod's lowering sees it: its dimensions in a pod dtype of the same width (8
+ * bytes: f32 with the minor dimension doubled; narrower than a byte: u8). Only sizes and
+ * dimensions matter to where chunks go.
+ */
+static void pod_shape(struct shape *out, const struct hlo_shape *h)
+{
+	memset(out, 0, sizeof(*out));
+	int bits = hlo_type_bits(h->type);
+	out->dtype = h->type == HT_PRED ? DT_PRED
+	             : bits <= 8        ? DT_U8
+	             : bits == 16       ? DT_BF16
+	                                : DT_F32;
+	int skip = h->rank > SHAPE_MAX_RANK ? h->rank - SHAPE_MAX_RANK : 0;
+	out->rank = h->rank - skip;
+	for (int k = 0; k < out->rank; k++)
+		out->dims[k] = h->dims[k + skip];
+	for (int k = 0; k < skip && out->rank > 0; k++) /* leading dimensions folded */
+		out->dims[0] *= h->dims[k];
+	if (bits == 64 && out->rank == 0)
+		out->dims[out->rank++] = 2;
+	else if (bits == 64)
+		out->dims[out->rank - 1] *= 2;
+}
+
+/* XLA's text of groups or pairs as the flat list and sizes a graph node carries. */
+static int node_groups(Podemu__Node *n, const char *groups, const char *pairs, struct arena *a,
+                       struct status *st)
+{
+	if (groups != NULL && (strcmp(groups, "{}") == 0 || strcmp(groups, "{{}}") == 0))
+		groups = NULL; /* every replica, as the verifier reads it */
+	const char *text = groups != NULL ? groups : pairs;
+	if (text == NULL)
+		return ST_OK;
+	int64_t *ids;
+	int *sizes, count, rv = coll_groups_parse(text, &ids, &sizes, &count, st);
+	if (rv != ST_OK)
+		return rv;
+	int total = 0;
+	for (int k = 0; k < count; k++)
+		total += sizes[k];
+	if (pairs != NULL && groups == NULL) {
+		n->source_target_pairs = arena_calloc(a, (size_t)total + 1, sizeof(int64_t));
+		if (n->source_target_pairs != NULL)
+			memcpy(n->source_target_pairs, ids, (size_t)total * sizeof(int64_t));
+		n->n_source_target_pairs = (size_t)total;
+		rv = n->source_target_pairs != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
+	} else if (count > 0) {
+		n->replica_groups = arena_calloc(a, (size_t)count, sizeof(*n->replica_groups));
+		rv = n->replica_groups != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
+		for (int k = 0, at = 0; rv == ST_OK && k < count; at += sizes[k++]) {
+			Podemu__ReplicaGroup *g = arena_alloc(a, sizeof(*g));
+			if (g == NULL) {
+				rv = ST_RESOURCE_EXHAUSTED;
+				break;
+			}
+			podemu__replica_group__init(g);
+			g->replica_ids = ids + at;
+			g->n_replica_ids = (size_t)sizes[k];
+			n->replica_groups[k] = g;
+		}
+		n->n_replica_groups = (size_t)count;
+		if (rv == ST_OK) { /* the ids stay with the arena */
+			int64_t *kept = arena_calloc(a, (size_t)total + 1, sizeof(int64_t));
+			if (kept == NULL)
+				rv = ST_RESOURCE_EXHAUSTED;
+			else
+				memcpy(kept, ids, (size_t)total * sizeof(int64_t));
+			for (int k = 0, at = 0; kept != NULL && k < count; at += sizes[k++])
+				n->replica_groups[k]->replica_ids = kept + at;
+		}
+	}
+	free(ids);
+	free(sizes);
+	return rv == ST_OK ? ST_OK : status_set(st, rv, "out of host memory");
+}
+
+/* A collective's array j as a parameter and the collective over it, nodes[at] and [at + 1]. */
+static int collective_pair(Podemu__Node **nodes, struct shape *shapes, int at,
+                           const struct hlo_instruction *in, int j, struct arena *a,
+                           struct status *st)
+{
+	enum opcode op = hlo_collective_op(in);
+	const struct hlo_shape *res = result_of(in);
+	Podemu__Node *param = arena_alloc(a, sizeof(*param)), *node = arena_alloc(a, sizeof(*node));
+	int32_t *operand = arena_alloc(a, sizeof(int32_t));
+	if (param == NULL || node == NULL || operand == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	podemu__node__init(param);
+	podemu__node__init(node);
+	param->opcode = "parameter";
+	node->opcode = (char *)opcode_name(op);
+	*operand = at;
+	node->operands = operand;
+	node->n_operands = 1;
+	node->n_dimensions = (size_t)in->n_dimensions;
+	node->dimensions = in->dimensions;
+	if (op == OP_ALL_TO_ALL && in->n_dimensions > 0)
+		node->split_dimension = node->concat_dimension = in->dimensions[0];
+	nodes[at] = param;
+	nodes[at + 1] = node;
+	pod_shape(&shapes[at], &in->operands[j]->shape);
+	pod_shape(&shapes[at + 1], res->type == HT_TUPLE ? &res->tuple[j] : res);
+	return node_groups(node, in->replica_groups,
+	                   op == OP_COLLECTIVE_PERMUTE ? in->source_target_pairs : NULL, a, st);
+}
+
+/* The arrays m's collectives exchange, in the entry (entry true) or in called computations. */
+static int count_collectives(const struct hlo_module *m, bool entry)
+{
+	int count = 0;
+	for (int c = 0; c < m->n_computations; c++)
+		for (int i = 0; entry == m->computations[c]->is_entry &&
+		                i < m->computations[c]->n_instructions;
+		     i++) {
+			const struct hlo_instruction *in = m->computations[c]->instructions[i];
+			const struct hlo_shape *res = result_of(in);
+			if (hlo_collective_op(in) != OP_INVALID && in->replaced_by == NULL)
+				count += res->type != HT_TUPLE           ? 1
+				         : res->n_tuple < in->n_operands ? res->n_tuple
+				                                         : in->n_operands;
+		}
+	return count;
+}
+
+/*
+ * m's collectives as a step graph (each array of a tuple-shaped one apart, over a parameter
+ * of its own): the entry's in g's nodes, the called computations' in one computation of g,
+ * so that lower_receive_area knows they may run many times. shapes by global id.
+ */
+static int collectives_graph(Podemu__Graph *g, struct shape **shapes, const struct hlo_module *m,
+                             struct arena *a, struct status *st)
+{
+	int n_entry = 2 * count_collectives(m, true), n_called = 2 * count_collectives(m, false);
+	Podemu__Computation *called = arena_alloc(a, sizeof(*called));
+	g->nodes = arena_calloc(a, (size_t)n_entry + 1, sizeof(*g->nodes));
+	g->computations = arena_calloc(a, 1, sizeof(*g->computations));
+	*shapes = arena_calloc(a, (size_t)(n_entry + n_called) + 1, sizeof(**shapes));
+	if (called == NULL || g->nodes == NULL || g->computations == NULL || *shapes == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	podemu__computation__init(called);
+	called->nodes = arena_calloc(a, (size_t)n_called + 1, sizeof(*called->nodes));
+	if (called->nodes == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	g->n_nodes = (size_t)n_entry;
+	called->n_nodes = (size_t)n_called;
+	g->computations[0] = called;
+	g->n_computations = n_called > 0;
+	int at_entry = 0, at_called = 0;
+	for (int c = 0; c < m->n_computations; c++) {
+		const struct hlo_computation *comp = m->computations[c];
+		for (int i = 0; i < comp->n_instructions; i++) {
+			const struct hlo_instruction *in = comp->instructions[i];
+			if (hlo_collective_op(in) == OP_INVALID || in->replaced_by != NULL)
+				continue;
+			const struct hlo_shape *res = result_of(in);
+			int parts = res->type == HT_TUPLE ? res->n_tuple : 1;
+			for (int j = 0; j < parts && j < in->n_operands; j++) {
+				int *at = comp->is_entry ? &at_entry : &at_called;
+				int rv = comp->is_entry
+				             ? collective_pair(g->nodes, *shapes, *at, in, j, a, st)
+				             : collective_pair(called->nodes, *shapes + n_entry,
+				                               *at, in, j, a, st);
+				if (rv != ST_OK)
+					return rv;
+				*at += 2;
+			}
+		}
+	}
+	return ST_OK;
+}
+
+int hlo_receive_area(struct receive_area *out, const struct hlo_module *m, int world,
+                     int cores_per_host, const char *forced_algorithm, int64_t chunk_bytes,
+                     int window, struct status *st)
+{
+	memset(out, 0, sizeof(*out));
+	if (cores_per_host <= 0 || world <= cores_per_host)
+		return ST_OK; /* one host: chunks between its cores stay in their senders' memory */
+	struct arena *a = arena_new();
+	if (a == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	Podemu__Graph g;
+	podemu__graph__init(&g);
+	struct shape *shapes = NULL;
+	int rv = collectives_graph(&g, &shapes, m, a, st);
+	if (rv == ST_OK && g.n_nodes > 0)
+		rv = lower_receive_area(out, &g, shapes, world, cores_per_host, forced_algorithm,
+		                        chunk_bytes, window, st);
+	arena_free(a);
+	return rv;
 }

@@ -20,4 +20,14 @@ struct coll_workspace hlo_collective_workspace(const struct hlo_instruction *in,
                                                int64_t chunk_bytes, int window,
                                                const char *forced_algorithm);
 
+/*
+ * The receive slots of module m on a pod of world cores, cores_per_host per host, as
+ * lower_receive_area counts them for a step graph: m's collectives lowered as the agents lower
+ * them (each array of a tuple-shaped collective apart), with the pod's chunk size, window and
+ * forced algorithm. None on one host.
+ */
+int hlo_receive_area(struct receive_area *out, const struct hlo_module *m, int world,
+                     int cores_per_host, const char *forced_algorithm, int64_t chunk_bytes,
+                     int window, struct status *st);
+
 #endif

@@ -124,4 +124,22 @@ struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size
                                            int64_t chunk_bytes, int window,
                                            const char *forced_algorithm);
 
+/*
+ * Each core's share of its host's receive slots for a step (lower_receive.c): where chunks
+ * from peer hosts wait that cannot be read straight into place. A peer host's stream may hold
+ * window x cores_per_host chunks (the data plane's credit), so a host holds that many slots
+ * for each peer host it receives from, or as many as that peer sends it in the step if fewer
+ * (a collective in a called computation may run any number of times: the credit); each core
+ * holds an equal share (the most over the pod's hosts), each slot as large as the largest
+ * chunk from a peer (rounded up to HBM_ALIGNMENT). None on one host. g's computations are
+ * the called ones.
+ */
+struct receive_area {
+	int slots;          /* per core */
+	int64_t slot_bytes; /* each */
+};
+int lower_receive_area(struct receive_area *out, const Podemu__Graph *g, const struct shape *shapes,
+                       int world, int cores_per_host, const char *forced_algorithm,
+                       int64_t chunk_bytes, int window, struct status *st);
+
 #endif

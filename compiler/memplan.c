@@ -3,11 +3,36 @@
 #include <string.h>
 
 #include "assign.h"
+#include "hlo_collective.h"
 #include "topology.h"
 #include "verify.h"
 
 #define DEFAULT_CHUNK_BYTES (4 << 20)
 #define DEFAULT_WINDOW 4
+
+/*
+ * The receive slots (hlo_receive_area) live as long as the program: at the top of the
+ * reservation, so every instruction's live bytes carry them.
+ */
+static int plan_receive_slots(struct memplan *p, const struct hlo_module *m,
+                              const struct topology *topo, const struct memplan_options *o,
+                              struct status *st)
+{
+	struct receive_area ra;
+	int rv = hlo_receive_area(&ra, m, p->world_size, topo->cores_per_host,
+	                          o->collective_algorithm, o->chunk_bytes, o->window, st);
+	if (rv != ST_OK || ra.slots == 0)
+		return rv;
+	int64_t align = o->alignment, before = p->temp_bytes;
+	p->receive_offset = layout_add(before, align - 1) / align * align;
+	p->receive_slots = ra.slots;
+	p->receive_slot_bytes = ra.slot_bytes;
+	p->receive_bytes = ra.slot_bytes * ra.slots; /* at most 64 MiB x window x hosts */
+	p->temp_bytes = layout_add(p->receive_offset, p->receive_bytes);
+	for (int k = 0; k < p->n_instructions; k++)
+		p->live[k] = layout_add(p->live[k], p->temp_bytes - before);
+	return ST_OK;
+}
 
 int memplan_build(struct memplan *out, struct hlo_module *m, const struct topology *topo,
                   const struct memplan_options *o, struct arena *a, struct status *st)
@@ -59,6 +84,8 @@ int memplan_build(struct memplan *out, struct hlo_module *m, const struct topolo
 	}
 	/* The temporaries are the heap; the constants were counted among them. */
 	out->temp_bytes = res.heap;
+	if ((rv = plan_receive_slots(out, m, topo, &opts, st)) != ST_OK)
+		return rv;
 	out->peak_bytes = layout_add(
 	    layout_add(out->argument_bytes, out->output_bytes - out->alias_bytes), out->temp_bytes);
 	if ((rv = assign_peak_set(&b, c, &res, &out->peak_live, &out->n_peak_live)) != ST_OK)

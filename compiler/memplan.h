@@ -91,6 +91,12 @@ struct memplan {
 	 * program runs (arguments and outputs are device buffers for all of it).
 	 */
 	int64_t argument_bytes, output_bytes, alias_bytes, temp_bytes, constant_bytes;
+	/*
+	 * Of temp_bytes, at its top: each core's receive slots (hlo_receive_area), where chunks
+	 * from peer hosts wait that cannot be read straight into place (0 on one host).
+	 */
+	int64_t receive_offset, receive_bytes, receive_slot_bytes;
+	int receive_slots;
 	int64_t other_space_bytes; /* buffers outside HBM (memory space S(n), n > 0) */
 	int n_warnings;
 	const struct hlo_warning *warnings; /* what changes memory and is not modelled */

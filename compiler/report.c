@@ -151,6 +151,15 @@ void memplan_print_text(FILE *f, const struct memplan *p, const struct topology 
 		    status_human_bytes(alias, p->alias_bytes),
 		    status_human_bytes(consts, p->constant_bytes),
 		    status_human_bytes(other, p->other_space_bytes));
+	if (p->receive_bytes > 0) {
+		char slot[32], all[32];
+		fprintf(
+		    f,
+		    "  of the temporaries, receive slots for chunks from other hosts %s (%d slots "
+		    "of %s, live through the whole program)\n\n",
+		    status_human_bytes(all, p->receive_bytes), p->receive_slots,
+		    status_human_bytes(slot, p->receive_slot_bytes));
+	}
 	print_strategy(f, p);
 	fprintf(f, "Live at the peak (instruction %d, %s):\n\n", p->peak_at, p->peak_name);
 	print_largest(f, p, 10);
@@ -160,17 +169,18 @@ void memplan_print_json(FILE *f, const struct memplan *p, const struct status *e
 {
 	fprintf(f, "{\"cores\": [");
 	for (int core = 0; p != NULL && core < p->world_size; core++) {
-		fprintf(
-		    f,
-		    "%s\n {\"ordinal\": %d, \"argument_bytes\": %lld, \"output_bytes\": %lld, "
-		    "\"alias_bytes\": %lld, \"temp_bytes\": %lld, \"peak_bytes\": %lld, "
-		    "\"constant_bytes\": %lld, \"other_space_bytes\": %lld, "
-		    "\"padding_bytes\": %lld, \"sent_bytes\": %lld, \"fits\": %s, \"peak_live\": [",
-		    core ? "," : "", core, (long long)p->argument_bytes, (long long)p->output_bytes,
-		    (long long)p->alias_bytes, (long long)p->temp_bytes, (long long)p->peak_bytes,
-		    (long long)p->constant_bytes, (long long)p->other_space_bytes,
-		    (long long)p->padding_bytes, (long long)p->sent_bytes,
-		    p->fits ? "true" : "false");
+		fprintf(f,
+		        "%s\n {\"ordinal\": %d, \"argument_bytes\": %lld, \"output_bytes\": %lld, "
+		        "\"alias_bytes\": %lld, \"temp_bytes\": %lld, \"peak_bytes\": %lld, "
+		        "\"constant_bytes\": %lld, \"other_space_bytes\": %lld, "
+		        "\"padding_bytes\": %lld, \"sent_bytes\": %lld, \"receive_bytes\": %lld, "
+		        "\"fits\": %s, \"peak_live\": [",
+		        core ? "," : "", core, (long long)p->argument_bytes,
+		        (long long)p->output_bytes, (long long)p->alias_bytes,
+		        (long long)p->temp_bytes, (long long)p->peak_bytes,
+		        (long long)p->constant_bytes, (long long)p->other_space_bytes,
+		        (long long)p->padding_bytes, (long long)p->sent_bytes,
+		        (long long)p->receive_bytes, p->fits ? "true" : "false");
 		for (int k = 0; k < p->n_peak_live; k++) {
 			const struct plan_buffer *b = &p->buffers[p->peak_live[k]];
 			char shape[512], name[512];

@@ -310,6 +310,9 @@ int plan_graph(struct compiled *out, struct arena *a, const Podemu__Graph *g,
 		out->fused_into = NULL;
 	if (total == n)
 		out->computation_order = NULL;
+	out->plan.receive_offset = mp.receive_offset;
+	out->plan.receive_slots = mp.receive_slots;
+	out->plan.receive_slot_bytes = mp.receive_slot_bytes;
 	out->plan.temp_bytes = mp.temp_bytes;
 	out->plan.output_bytes = mp.output_bytes - mp.alias_bytes;
 	out->plan.alias_bytes = mp.alias_bytes;

@@ -21,6 +21,10 @@ struct plan {
 	int64_t output_bytes; /* newly allocated: outputs not written into donated buffers */
 	int64_t argument_bytes;
 	int64_t alias_bytes; /* outputs written into donated parameter buffers */
+	/* The receive slots at the top of the reservation (memplan.h), in temp_bytes. */
+	int64_t receive_offset;
+	int receive_slots;
+	int64_t receive_slot_bytes;
 };
 
 /* The compiler's options for the pod's steps. */
@@ -58,7 +62,8 @@ struct compiled {
  * pipeline: the graph becomes an HLO module (compiler/from_graph.c) and is combined, scheduled,
  * fused and assigned buffers by compiler/memplan.c, exactly as `podemu compile` plans HLO text.
  * Parameters are existing device buffers, held values new device buffers, everything else
- * lives in the reservation (a called computation's in its callee's part of it). Returns
+ * lives in the reservation (a called computation's in its callee's part of it), with the
+ * receive slots the step's collectives need from peer hosts at its top. Returns
  * INVALID_ARGUMENT when an output is a parameter or two outputs are the same value. out's
  * arrays are from a.
  */

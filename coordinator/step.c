@@ -175,6 +175,7 @@ static int compile_step(struct coordinator *co, struct arena *a, Podemu__Graph *
 	if ((*scratch = node_scratch(a, &out->plan, (*g)->n_nodes)) == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	rep->combined_collectives = out->n_combined;
+	rep->receive_bytes = out->plan.receive_slot_bytes * out->plan.receive_slots;
 	rep->delayed_nodes = out->n_delayed;
 	rep->fused_nodes = out->n_fused;
 	return ST_OK;
@@ -343,6 +344,9 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	prog->buffers = plan.buffers;
 	prog->n_buffers = (size_t)prog_c.n_total;
 	prog->temp_bytes = plan.temp_bytes;
+	prog->receive_offset = plan.receive_offset;
+	prog->receive_slots = plan.receive_slots;
+	prog->receive_slot_bytes = plan.receive_slot_bytes;
 	prog->world_size = world;
 	prog->cores_per_host = t->cores_per_host;
 	prog->peer_data_urls = data_urls;
@@ -403,6 +407,11 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 			rep->cores[rep->n_cores++] = r->cores[k];
 		for (size_t k = 0; k < r->n_timings; k++)
 			rep->timings[rep->n_timings++] = r->timings[k];
+		int64_t held = (int64_t)(r->receive_peak_slots > 0 ? r->receive_peak_slots : 0) *
+		               plan.receive_slot_bytes;
+		rep->receive_peak_bytes =
+		    held > rep->receive_peak_bytes ? held : rep->receive_peak_bytes;
+		rep->receive_outside_chunks += r->receive_outside;
 	}
 	/* The client counts nodes in its recorded order. */
 	int64_t *recorded_scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));

@@ -369,13 +369,22 @@ pe down >/dev/null
 # Pod scale: a v3-128 is 16 agent processes with 8 cores of 16 GiB each.
 pe up --topology v3-128 --backing none --port 0 >/dev/null
 pe demo --json >"$state/demo.json"
-python3 - "$state/demo.json" <<'PY'
+python3 - "$state/demo.json" "$bin" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["world_size"] == 128 and len(d["cores"]) == 128, d
-n = d["elements"]
+n, receive = d["elements"], d["receive_bytes"]
+# The receive slots are what `podemu compile` plans for the same all-gather on a v3-128.
+hlo = sys.argv[1] + ".hlo"
+open(hlo, "w").write(f"HloModule g\n\nENTRY %m (p: f32[{n}]) -> f32[{n * 128}] {{\n"
+                     f"  %p = f32[{n}]{{0}} parameter(0)\n  ROOT %g = f32[{n * 128}]{{0}} "
+                     f"all-gather(f32[{n}]{{0}} %p), replica_groups={{}}, dimensions={{0}}\n}}\n")
+import subprocess
+plan = json.loads(subprocess.run([sys.argv[2] + "/podemu", "compile", hlo, "--topology",
+                                  "v3-128", "--json"], capture_output=True, text=True).stdout)
+assert 0 < receive == plan["cores"][0]["temp_bytes"], (receive, plan["cores"][0])
 for c in d["cores"]:
-    assert c["peak_bytes_used"] == n * 4 * 129, c   # input + 128x output
+    assert c["peak_bytes_used"] == n * 4 * 129 + receive, c   # input + 128x output + slots
     assert c["bytes_used"] == n * 4 * 128, c
 PY
 # A big pod's status: the summary first and alone (every core only with --all).

@@ -6,6 +6,7 @@
  * sizes that do not divide a chunk, and XLA's errors.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -436,6 +437,68 @@ static void test_zero_size_and_scratch(void **state)
 	pe_release(s);
 }
 
+/* The last step's receive slots held every chunk from a peer host, within what was reserved. */
+static void assert_receive_in_slots(pe_client *c, const char *what, bool reduces)
+{
+	pe_receive_info ri;
+	pe_last_step_receive(c, &ri);
+	printf("%s: receive slots %lld bytes per core, a host held at most %lld, %lld chunks "
+	       "outside\n",
+	       what, (long long)ri.reserved_bytes, (long long)ri.peak_host_bytes,
+	       (long long)ri.outside_chunks);
+	assert_int_equal(ri.outside_chunks, 0);
+	assert_true(ri.peak_host_bytes <= ri.reserved_bytes * cores);
+	if (hosts == 1) {
+		assert_int_equal(ri.reserved_bytes, 0);
+		assert_int_equal(ri.peak_host_bytes, 0);
+	} else {
+		assert_true(ri.reserved_bytes > 0);
+	}
+	/* Partial sums from peer hosts are combined, never read into place: slots were used. */
+	if (reduces && hosts > 1)
+		assert_true(ri.peak_host_bytes > 0);
+}
+
+/*
+ * Chunks from peer hosts that cannot be read straight into place wait in the receive slots
+ * the plan reserved at the top of each core's reservation: whatever the op, size and
+ * algorithm, none waits in host memory outside HBM, and no host holds more than its cores'
+ * shares. Each op alone (many chunks of each), then all in one step.
+ */
+static void test_receive_slots_hold_every_chunk(void **state)
+{
+	pe_client *c = *state;
+	int64_t n = (int64_t)world * 48 * 1024; /* 192 KiB of f32 per core member: 3 chunks */
+	int64_t *ring = calloc((size_t)world * 2, sizeof(int64_t));
+	assert_non_null(ring);
+	for (int r = 0; r < world; r++) {
+		ring[2 * r] = r;
+		ring[2 * r + 1] = (r + 1) % world;
+	}
+	static const char *const names[] = {"all-gather", "reduce-scatter",     "all-reduce",
+	                                    "all-to-all", "collective-permute", "all in one step"};
+	for (int op = 0; op <= 5; op++) {
+		int64_t m = op == 0 ? n / world : n;
+		pe_tensor *x = pe_full(c, PE_F32, &m, 1, 1.0), *y[5] = {NULL};
+		if (op == 0 || op == 5)
+			y[0] = pe_all_gather(x, 0);
+		if (op == 1 || op == 5)
+			y[1] = pe_reduce_scatter(x, PE_REDUCE_SUM, 0, NULL);
+		if (op == 2 || op == 5)
+			y[2] = pe_all_reduce(x, PE_REDUCE_SUM, 1.0, NULL);
+		if (op == 3 || op == 5)
+			y[3] = pe_all_to_all(x, 0, 0, NULL);
+		if (op == 4 || op == 5)
+			y[4] = pe_collective_permute(x, ring, world);
+		assert_int_equal(pe_mark_step(c), PE_OK);
+		assert_receive_in_slots(c, names[op], op == 1 || op == 5);
+		for (int k = 0; k < 5; k++)
+			pe_release(y[k]);
+		pe_release(x);
+	}
+	free(ring);
+}
+
 /* Resident bytes of a process, from /proc (0 when gone). */
 static int64_t rss_of(pid_t pid)
 {
@@ -635,6 +698,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_all_to_all),
 	    cmocka_unit_test(test_collective_permute),
 	    cmocka_unit_test(test_zero_size_and_scratch),
+	    cmocka_unit_test(test_receive_slots_hold_every_chunk),
 	    cmocka_unit_test(test_mesh_axes),
 	    cmocka_unit_test(test_bad_groups_are_refused_in_xla_words),
 	    cmocka_unit_test(test_rss_follows_accounted_bytes),

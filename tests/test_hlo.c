@@ -312,10 +312,46 @@ static void test_plan_seed_all_gather(void **state)
 	assert_int_equal(p.argument_bytes, 512 * MiB);
 	assert_int_equal(p.output_bytes, 4 * GiB);
 	assert_int_equal(p.temp_bytes, 0);
+	assert_int_equal(p.receive_bytes, 0);
 	assert_int_equal(p.sent_bytes, 4 * GiB / 8 * 7);
 	assert_true(p.fits);
 	assert_int_equal(p.n_peak_live, 2);
 	assert_string_equal(p.buffers[p.peak_live[0]].def->name, "ag");
+}
+
+/*
+ * Receive slots: where chunks from other hosts wait that cannot be read into place. A ring
+ * reduce-scatter over one member per host of a v3-32 (4 hosts x 8 cores): every core of host 0
+ * receives three 1 MiB blocks from host 3, 24 chunks in all, within the stream's credit of
+ * 4 x 8: three slots of 1 MiB per core, at the top of the reservation. A second one makes 48,
+ * capped by the credit: four per core. (One host receives nothing from another: the seed's
+ * plan on a v3-8 has none.)
+ */
+static void test_plan_receive_slots(void **state)
+{
+	static const char *rs =
+	    "  rs%d = f32[262144]{0} reduce-scatter(p0), replica_groups={{0,8,16,24},{1,9,17,25},"
+	    "{2,10,18,26},{3,11,19,27},{4,12,20,28},{5,13,21,29},{6,14,22,30},{7,15,23,31}}, "
+	    "dimensions={0}, to_apply=add\n";
+	char text[2048], one[512], two[512];
+	snprintf(one, sizeof(one), rs, 1);
+	snprintf(two, sizeof(two), rs, 2);
+	struct memplan p;
+	for (int count = 1; count <= 2; count++) {
+		snprintf(text, sizeof(text),
+		         "HloModule rs\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+		         "  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n"
+		         "  p0 = f32[1048576]{0} parameter(0)\n%s%s"
+		         "  ROOT t = (f32[262144], f32[262144]) tuple(rs1, %s)\n}\n",
+		         one, count == 2 ? two : "", count == 2 ? "rs2" : "rs1");
+		plan(text, "v3-32", &p);
+		assert_int_equal(p.receive_slots, count == 1 ? 3 : 4);
+		assert_int_equal(p.receive_slot_bytes, 1 * MiB);
+		assert_int_equal(p.receive_bytes, p.receive_slots * MiB);
+		assert_int_equal(p.receive_offset + p.receive_bytes, p.temp_bytes);
+		assert_int_equal(p.peak_bytes,
+		                 p.argument_bytes + p.output_bytes + p.temp_bytes - p.alias_bytes);
+	}
 }
 
 /*
@@ -619,6 +655,7 @@ int main(void)
 	    cmocka_unit_test(test_layout_text),
 	    cmocka_unit_test(test_parse_xla_forms),
 	    cmocka_unit_test(test_plan_seed_all_gather),
+	    cmocka_unit_test(test_plan_receive_slots),
 	    cmocka_unit_test(test_plan_all_gather_strategies),
 	    cmocka_unit_test(test_plan_combining_and_barriers),
 	    cmocka_unit_test(test_plan_liveness),

@@ -166,6 +166,7 @@ struct row {
 	int64_t bytes, count;
 	double time_us, algbw, busbw;
 	int64_t peak_temp;
+	pe_receive_info receive;
 	int checked, ok;
 	const char *algorithm;
 };
@@ -245,6 +246,7 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 	row->algbw = row->time_us > 0 ? (double)row->bytes / row->time_us / 1e3 : 0;
 	row->busbw = row->algbw * bus_factor(op, op == B_PERMUTE ? 2 : n);
 	row->peak_temp = pe_last_step_scratch_bytes(c, 0);
+	pe_last_step_receive(c, &row->receive);
 	row->algorithm = algo;
 	row->checked = o->check;
 	row->ok = 1;
@@ -316,10 +318,11 @@ int bench_run(pe_client *c, const struct bench_options *o)
 	if (!o->json) {
 		printf("# podemu bench: %s, %d cores, group size %d, %s, %d iters, %d warmup\n",
 		       pe_topology(c), world, mg.n, t->name, o->iters, o->warmup);
-		printf("# %-18s %12s %12s %10s %9s %9s %12s %8s %s\n", "op", "size(B)", "count",
-		       "time(us)", "algbw", "busbw", "peak_temp(B)", "check", "algorithm");
-		printf("# %-18s %12s %12s %10s %9s %9s %12s %8s\n", "", "", "(elements)", "",
-		       "(GB/s)", "(GB/s)", "per core", "");
+		printf("# %-18s %12s %12s %10s %9s %9s %12s %12s %8s %s\n", "op", "size(B)",
+		       "count", "time(us)", "algbw", "busbw", "peak_temp(B)", "receive(B)", "check",
+		       "algorithm");
+		printf("# %-18s %12s %12s %10s %9s %9s %12s %12s %8s\n", "", "", "(elements)", "",
+		       "(GB/s)", "(GB/s)", "per core", "per core", "");
 	} else {
 		printf("{\"world_size\": %d, \"group_size\": %d, \"rows\": [", world, mg.n);
 	}
@@ -353,18 +356,26 @@ int bench_run(pe_client *c, const struct bench_options *o)
 				printf("%s{\"op\": \"%s\", \"bytes\": %lld, \"count\": %lld, "
 				       "\"time_us\": %.1f, \"algbw_gbps\": %.3f, \"busbw_gbps\": "
 				       "%.3f, "
-				       "\"peak_temp_bytes\": %lld, \"checked\": %s, \"ok\": %s, "
+				       "\"peak_temp_bytes\": %lld, \"receive_bytes\": %lld, "
+				       "\"receive_peak_host_bytes\": %lld, "
+				       "\"receive_outside_chunks\": %lld, \"checked\": %s, \"ok\": "
+				       "%s, "
 				       "\"algorithm\": \"%s\", \"no_bytes\": %s}",
 				       first ? "" : ", ", op_names[k], (long long)row.bytes,
 				       (long long)row.count, row.time_us, row.algbw, row.busbw,
-				       (long long)row.peak_temp, row.checked ? "true" : "false",
-				       row.ok ? "true" : "false", row.algorithm,
-				       no_bytes ? "true" : "false");
+				       (long long)row.peak_temp,
+				       (long long)row.receive.reserved_bytes,
+				       (long long)row.receive.peak_host_bytes,
+				       (long long)row.receive.outside_chunks,
+				       row.checked ? "true" : "false", row.ok ? "true" : "false",
+				       row.algorithm, no_bytes ? "true" : "false");
 			} else {
-				printf("  %-18s %12lld %12lld %10.1f %9.3f %9.3f %12lld %8s %s%s\n",
+				printf("  %-18s %12lld %12lld %10.1f %9.3f %9.3f %12lld %12lld %8s "
+				       "%s%s\n",
 				       op_names[k], (long long)row.bytes, (long long)row.count,
 				       row.time_us, row.algbw, row.busbw, (long long)row.peak_temp,
-				       check, row.algorithm, no_bytes ? " (no bytes moved)" : "");
+				       (long long)row.receive.reserved_bytes, check, row.algorithm,
+				       no_bytes ? " (no bytes moved)" : "");
 			}
 			fflush(stdout);
 			first = 0;

@@ -416,6 +416,8 @@ static int cmd_demo(const struct cli *o)
 	pe_release(x);
 	if (pe_mark_step(c) != PE_OK)
 		return demo_fail(c, "all-gather step");
+	pe_receive_info receive;
+	pe_last_step_receive(c, &receive);
 	int64_t dim0 = 0;
 	pe_tensor *sum = pe_reduce_sum(y, &dim0, 1);
 	if (sum == NULL || pe_mark_step(c) != PE_OK)
@@ -443,8 +445,9 @@ static int cmd_demo(const struct cli *o)
 	if (pe_mark_step(c) != PE_OK || pe_memory_info_all(c, mem, world) != PE_OK)
 		return demo_fail(c, "memory info");
 	if (o->json) {
-		printf("{\"world_size\": %d, \"elements\": %lld, \"topology\": ", world,
-		       (long long)n);
+		printf("{\"world_size\": %d, \"elements\": %lld, \"receive_bytes\": %lld, "
+		       "\"topology\": ",
+		       world, (long long)n, (long long)receive.reserved_bytes);
 		json_string(stdout, pe_topology(c));
 		printf(", \"cores\": [");
 		for (int r = 0; r < world; r++) {
@@ -473,6 +476,11 @@ static int cmd_demo(const struct cli *o)
 			       (long long)mem[r].bytes_used, (long long)mem[r].peak_bytes_used,
 			       (long long)mem[r].bytes_limit);
 		}
+		if (receive.reserved_bytes > 0)
+			printf(
+			    "the peak includes %lld bytes per core of receive slots, where chunks "
+			    "from other hosts wait\nthat cannot be read into the output yet\n",
+			    (long long)receive.reserved_bytes);
 	}
 	free(sums);
 	free(have);

@@ -262,6 +262,21 @@ PE_API int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **
 /* Collective scratch the last step reserved per core for its k-th collective, in bytes. */
 PE_API int64_t pe_last_step_scratch_bytes(pe_client *c, int k);
 
+/*
+ * The receive slots of the last step: chunks from peer hosts that cannot be read straight
+ * into place (partial sums to combine, copies whose receive is not open yet) wait there, in
+ * each core's reservation. reserved_bytes: each core's share (0 on one host);
+ * peak_host_bytes: the most any host's slots held at once (its cores' shares together);
+ * outside_chunks: chunks that found no slot and waited in host memory outside HBM (0 unless
+ * the plan was short).
+ */
+typedef struct {
+	int64_t reserved_bytes;
+	int64_t peak_host_bytes;
+	int64_t outside_chunks;
+} pe_receive_info;
+PE_API void pe_last_step_receive(pe_client *c, pe_receive_info *out);
+
 /* ---- control flow: computations recorded by functions ---- */
 
 /*
@@ -337,6 +352,11 @@ typedef struct pe_step_plan {
 	int delayed_nodes;        /* computations its memory-aware scheduler ran later */
 	int fused_nodes;          /* elementwise nodes fused into a later one: no HBM buffer */
 	int program_cache_hit;    /* the same graph was compiled before and its program reused */
+	/*
+	 * Of temp_bytes, each core's receive slots: where chunks from other hosts wait that cannot
+	 * be read straight into place (pe_last_step_receive); 0 on one host.
+	 */
+	int64_t receive_bytes;
 } pe_step_plan;
 
 /*

@@ -23,7 +23,7 @@ class StepPlan(ctypes.Structure):
                 ("bytes_limit", ctypes.c_int64), ("fits", ctypes.c_int),
                 ("oom_message", ctypes.c_char * 1024), ("combined_collectives", ctypes.c_int),
                 ("delayed_nodes", ctypes.c_int), ("fused_nodes", ctypes.c_int),
-                ("program_cache_hit", ctypes.c_int)]
+                ("program_cache_hit", ctypes.c_int), ("receive_bytes", ctypes.c_int64)]
 
 
 class CompileOptions(ctypes.Structure):
