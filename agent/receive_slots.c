@@ -115,8 +115,7 @@ void receive_slots_drain(struct device *dev, struct step *s)
 		bool reading = false;
 		for (int k = 0; k < r->n; k++)
 			if (r->reading[k] != NULL) {
-				/* Its stream is closed, so the read ends at once and unplaces it.
-				 */
+				/* Its stream closes: the read ends and unplaces it. */
 				dp_request_cancel(r->reading[k]);
 				reading = true;
 			}
