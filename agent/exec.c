@@ -364,6 +364,24 @@ static int run_core(struct device *dev, struct step *s, struct core *c, struct s
 	return step_run_nodes(dev, s, c, &entry, st);
 }
 
+/* Core c is done with s, with status st. Lock held. */
+static void core_finished(struct device *dev, struct step *s, struct core *c,
+                          const struct status *st)
+{
+	s->core_status[c->local] = *st;
+	s->position[c->local] = CORE_DONE;
+	if (st->code != ST_OK && s->cancel_code == ST_OK) {
+		/* The host's other cores need not wait for this one's data any more. */
+		s->cancel_code = st->code;
+		s->failed_core = c->local;
+		snprintf(s->cancel_reason, sizeof(s->cancel_reason), "core %d failed: %s",
+		         c->ordinal, st->message);
+		device_wake_cores(dev);
+	}
+	if (++s->done_cores == dev->cores_per_host)
+		pthread_cond_broadcast(&dev->cv); /* device_run */
+}
+
 void *device_core_main(void *arg)
 {
 	struct core *c = arg;
@@ -380,22 +398,31 @@ void *device_core_main(void *arg)
 		status_clear(&st);
 		run_core(dev, s, c, &st);
 		pthread_mutex_lock(&dev->lock);
-		s->core_status[c->local] = st;
-		s->position[c->local] = CORE_DONE;
-		if (st.code != ST_OK && s->cancel_code == ST_OK) {
-			/* The host's other cores need not wait for this one's data any more. */
-			s->cancel_code = st.code;
-			s->failed_core = c->local;
-			snprintf(s->cancel_reason, sizeof(s->cancel_reason), "core %d failed: %s",
-			         c->ordinal, st.message);
-			device_wake_cores(dev);
-		}
 		c->pending = NULL;
-		if (++s->done_cores == dev->cores_per_host)
-			pthread_cond_broadcast(&dev->cv); /* device_run */
+		core_finished(dev, s, c, &st);
 	}
 	pthread_mutex_unlock(&dev->lock);
 	return NULL;
+}
+
+/*
+ * A step small enough to run on the calling thread, core after core: no collective (its cores
+ * never wait for each other) and, with bytes behind the heaps, at most this much per core to
+ * compute. Waking a thread per core costs more than such a step's kernels.
+ */
+#define STEP_INLINE_BYTES (256 * 1024)
+
+static bool step_runs_inline(const struct device *dev, const struct step *s)
+{
+	if (s->num_colls > 0)
+		return false;
+	if (!dev->backed)
+		return true;
+	int64_t bytes = s->prog->temp_bytes;
+	for (size_t i = 0; i < s->n_entry && bytes <= STEP_INLINE_BYTES; i++)
+		if (s->prog->buffers[i]->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT)
+			bytes += s->prog->buffers[i]->bytes;
+	return bytes <= STEP_INLINE_BYTES;
 }
 
 /* Publishes a finished step's outputs as device buffers. Lock held. */
@@ -477,7 +504,17 @@ int device_run(struct device *dev, uint64_t step_id, const uint64_t *release_aft
 		                  dev->host_index, (unsigned long long)step_id);
 	}
 	s->running = true;
-	for (int c = 0; c < dev->cores_per_host; c++) {
+	if (step_runs_inline(dev, s)) {
+		for (int c = 0; c < dev->cores_per_host; c++) {
+			struct status cst;
+			status_clear(&cst);
+			pthread_mutex_unlock(&dev->lock);
+			run_core(dev, s, &dev->cores[c], &cst);
+			pthread_mutex_lock(&dev->lock);
+			core_finished(dev, s, &dev->cores[c], &cst);
+		}
+	}
+	for (int c = 0; c < dev->cores_per_host && s->done_cores == 0; c++) {
 		dev->cores[c].pending = s;
 		core_wake(&dev->cores[c]);
 	}
