@@ -17,6 +17,7 @@ struct arena_block {
 struct arena {
 	pthread_mutex_t lock; /* replies from several agents are decoded into one arena at once */
 	struct arena_block *blocks;
+	struct arena_block *cur; /* the block being filled; those after it are empty or full */
 	ProtobufCAllocator allocator;
 };
 
@@ -62,7 +63,18 @@ static void *arena_alloc_locked(struct arena *a, size_t size)
 	size_t rounded = (size + 15) & ~(size_t)15;
 	if (rounded < size)
 		return NULL;
-	struct arena_block *b = a->blocks;
+	/* Blocks after the current one are empty after arena_reset, or full. */
+	struct arena_block *b = a->cur;
+	while (b != NULL && b->size - b->used < rounded && b->next != NULL &&
+	       rounded <= ARENA_BLOCK / 2)
+		b = a->cur = b->next;
+	/* A large one may have an empty block of its size, since arena_reset. */
+	for (struct arena_block *x = b != NULL ? b->next : NULL;
+	     x != NULL && rounded > ARENA_BLOCK / 2; x = x->next)
+		if (x->used == 0 && x->size >= rounded) {
+			x->used = rounded;
+			return x->data;
+		}
 	if (b == NULL || b->size - b->used < rounded) {
 		size_t want = rounded > ARENA_BLOCK / 2 ? rounded : ARENA_BLOCK;
 		if (want > SIZE_MAX - sizeof(*b))
@@ -72,19 +84,31 @@ static void *arena_alloc_locked(struct arena *a, size_t size)
 			return NULL;
 		nb->used = 0;
 		nb->size = want;
-		if (rounded > ARENA_BLOCK / 2 && b != NULL) {
-			/* A large block goes behind the current one so its space keeps serving. */
+		if (b == NULL) {
+			nb->next = NULL;
+			a->blocks = a->cur = nb;
+		} else {
+			/* After the current block; a large one leaves it current, so its space
+			 * keeps serving. */
 			nb->next = b->next;
 			b->next = nb;
-		} else {
-			nb->next = b;
-			a->blocks = nb;
+			if (rounded <= ARENA_BLOCK / 2)
+				a->cur = nb;
 		}
 		b = nb;
 	}
 	void *p = b->data + b->used;
 	b->used += rounded;
 	return p;
+}
+
+void arena_reset(struct arena *a)
+{
+	pthread_mutex_lock(&a->lock);
+	for (struct arena_block *b = a->blocks; b != NULL; b = b->next)
+		b->used = 0;
+	a->cur = a->blocks;
+	pthread_mutex_unlock(&a->lock);
 }
 
 void *arena_alloc(struct arena *a, size_t size)

@@ -15,6 +15,11 @@ struct arena;
 struct arena *arena_new(void);
 /* Frees every allocation made from a, then a itself. NULL is allowed. */
 void arena_free(struct arena *a);
+/*
+ * Makes every allocation of a invalid and keeps its memory for the next ones: a loop that
+ * builds and drops the same kind of things again and again allocates once.
+ */
+void arena_reset(struct arena *a);
 /* Zeroed, 16-byte aligned memory that lives until arena_free; NULL when out of memory. */
 void *arena_alloc(struct arena *a, size_t size);
 /* arena_alloc(count * size) with an overflow check. */

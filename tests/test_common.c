@@ -130,6 +130,37 @@ static void test_arena_packs_small_allocations(void **state)
 	arena_free(a);
 }
 
+/*
+ * After arena_reset the same allocations reuse the arena's blocks, large ones too: a loop of
+ * 100 rounds of 1 MiB in small pieces and a 100 KB piece holds one round's memory, zeroed.
+ */
+static void test_arena_reset_reuses_its_blocks(void **state)
+{
+	(void)state;
+	struct arena *a = arena_new();
+	assert_non_null(a);
+	size_t after_first = 0;
+	for (int round = 0; round < 100; round++) {
+		arena_reset(a);
+		for (int i = 0; i < 4096; i++) {
+			unsigned char *p = arena_alloc(a, 256);
+			assert_non_null(p);
+			assert_int_equal(p[0] | p[255], 0); /* zeroed though reused */
+			memset(p, 0xff, 256);
+		}
+		unsigned char *big = arena_alloc(a, 100000);
+		assert_non_null(big);
+		assert_int_equal(big[99999], 0);
+		memset(big, 0xff, 100000);
+		struct mallinfo2 m = mallinfo2();
+		if (round == 0)
+			after_first = m.uordblks + m.hblkhd;
+		else
+			assert_true(m.uordblks + m.hblkhd <= after_first);
+	}
+	arena_free(a);
+}
+
 static void test_iota_replica_groups(void **state)
 {
 	int64_t *ids = NULL;
@@ -251,6 +282,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_size),
 	    cmocka_unit_test(test_shapes),
 	    cmocka_unit_test(test_arena_packs_small_allocations),
+	    cmocka_unit_test(test_arena_reset_reuses_its_blocks),
 	    cmocka_unit_test(test_iota_replica_groups),
 	    cmocka_unit_test(test_replica_groups_longer_than_the_world),
 	    cmocka_unit_test(test_cpu_lists),
