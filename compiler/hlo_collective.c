@@ -1,5 +1,6 @@
 #include "hlo_collective.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,36 +110,24 @@ static int node_groups(Podemu__Node *n, const char *groups, const char *pairs, s
 	int total = 0;
 	for (int k = 0; k < count; k++)
 		total += sizes[k];
-	if (pairs != NULL && groups == NULL) {
-		n->source_target_pairs = arena_calloc(a, (size_t)total + 1, sizeof(int64_t));
-		if (n->source_target_pairs != NULL)
-			memcpy(n->source_target_pairs, ids, (size_t)total * sizeof(int64_t));
+	int64_t *kept = arena_calloc(a, (size_t)total + 1, sizeof(int64_t));
+	Podemu__ReplicaGroup **list = arena_calloc(a, (size_t)count + 1, sizeof(*list));
+	Podemu__ReplicaGroup *each = arena_calloc(a, (size_t)count + 1, sizeof(*each));
+	rv = kept != NULL && list != NULL && each != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
+	if (rv == ST_OK)
+		memcpy(kept, ids, (size_t)total * sizeof(int64_t));
+	if (rv == ST_OK && groups == NULL) { /* a collective-permute's pairs */
+		n->source_target_pairs = kept;
 		n->n_source_target_pairs = (size_t)total;
-		rv = n->source_target_pairs != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
-	} else if (count > 0) {
-		n->replica_groups = arena_calloc(a, (size_t)count, sizeof(*n->replica_groups));
-		rv = n->replica_groups != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
-		for (int k = 0, at = 0; rv == ST_OK && k < count; at += sizes[k++]) {
-			Podemu__ReplicaGroup *g = arena_alloc(a, sizeof(*g));
-			if (g == NULL) {
-				rv = ST_RESOURCE_EXHAUSTED;
-				break;
-			}
-			podemu__replica_group__init(g);
-			g->replica_ids = ids + at;
-			g->n_replica_ids = (size_t)sizes[k];
-			n->replica_groups[k] = g;
+	} else if (rv == ST_OK) {
+		for (int k = 0, at = 0; k < count; at += sizes[k++]) {
+			podemu__replica_group__init(&each[k]);
+			each[k].replica_ids = kept + at;
+			each[k].n_replica_ids = (size_t)sizes[k];
+			list[k] = &each[k];
 		}
+		n->replica_groups = list;
 		n->n_replica_groups = (size_t)count;
-		if (rv == ST_OK) { /* the ids stay with the arena */
-			int64_t *kept = arena_calloc(a, (size_t)total + 1, sizeof(int64_t));
-			if (kept == NULL)
-				rv = ST_RESOURCE_EXHAUSTED;
-			else
-				memcpy(kept, ids, (size_t)total * sizeof(int64_t));
-			for (int k = 0, at = 0; kept != NULL && k < count; at += sizes[k++])
-				n->replica_groups[k]->replica_ids = kept + at;
-		}
 	}
 	free(ids);
 	free(sizes);
@@ -171,8 +160,9 @@ static int collective_pair(Podemu__Node **nodes, struct shape *shapes, int at,
 	nodes[at + 1] = node;
 	pod_shape(&shapes[at], &in->operands[j]->shape);
 	pod_shape(&shapes[at + 1], res->type == HT_TUPLE ? &res->tuple[j] : res);
-	return node_groups(node, in->replica_groups,
-	                   op == OP_COLLECTIVE_PERMUTE ? in->source_target_pairs : NULL, a, st);
+	bool permute = op == OP_COLLECTIVE_PERMUTE;
+	return node_groups(node, permute ? NULL : in->replica_groups,
+	                   permute ? in->source_target_pairs : NULL, a, st);
 }
 
 /* The arrays m's collectives exchange, in the entry (entry true) or in called computations. */
@@ -194,49 +184,118 @@ static int count_collectives(const struct hlo_module *m, bool entry)
 }
 
 /*
- * m's collectives as a step graph (each array of a tuple-shaped one apart, over a parameter
- * of its own): the entry's in g's nodes, the called computations' in one computation of g,
- * so that lower_receive_area knows they may run many times. shapes by global id.
+ * What makes two collective arrays lower alike (opcode, shapes, dimensions, groups or pairs),
+ * as text, into key; returns its hash.
  */
-static int collectives_graph(Podemu__Graph *g, struct shape **shapes, const struct hlo_module *m,
-                             struct arena *a, struct status *st)
+static uint64_t collective_key(char *key, size_t len, const struct hlo_instruction *in, int j)
 {
-	int n_entry = 2 * count_collectives(m, true), n_called = 2 * count_collectives(m, false);
-	Podemu__Computation *called = arena_alloc(a, sizeof(*called));
-	g->nodes = arena_calloc(a, (size_t)n_entry + 1, sizeof(*g->nodes));
-	g->computations = arena_calloc(a, 1, sizeof(*g->computations));
-	*shapes = arena_calloc(a, (size_t)(n_entry + n_called) + 1, sizeof(**shapes));
-	if (called == NULL || g->nodes == NULL || g->computations == NULL || *shapes == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	podemu__computation__init(called);
-	called->nodes = arena_calloc(a, (size_t)n_called + 1, sizeof(*called->nodes));
-	if (called->nodes == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	g->n_nodes = (size_t)n_entry;
-	called->n_nodes = (size_t)n_called;
-	g->computations[0] = called;
-	g->n_computations = n_called > 0;
-	int at_entry = 0, at_called = 0;
+	const struct hlo_shape *res = result_of(in);
+	char arg[256], out[256];
+	hlo_shape_format(arg, sizeof(arg), &in->operands[j]->shape);
+	hlo_shape_format(out, sizeof(out), res->type == HT_TUPLE ? &res->tuple[j] : res);
+	int at = snprintf(key, len, "%d|%s|%s|%s|%s|", (int)hlo_collective_op(in), arg, out,
+	                  in->replica_groups ? in->replica_groups : "",
+	                  in->source_target_pairs ? in->source_target_pairs : "");
+	for (int k = 0; k < in->n_dimensions && at > 0 && (size_t)at < len; k++)
+		at += snprintf(key + at, len - (size_t)at, "%lld,", (long long)in->dimensions[k]);
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (const char *c = key; *c != '\0'; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	return h;
+}
+
+/* The distinct collective arrays seen so far, each with its node (ids by computation). */
+struct seen {
+	uint64_t *hash;
+	char **key;
+	int *node;
+	int n;
+};
+
+/*
+ * Adds the collective arrays of m's entry (entry true) or called computations to nodes from
+ * *at on (shapes alike): one pair per distinct array, the others counted in repeats[base +
+ * node] (base: the id of nodes[0] in the graph).
+ */
+static int add_collectives(const struct hlo_module *m, bool entry, Podemu__Node **nodes,
+                           struct shape *shapes, int *repeats, int base, int *at, struct seen *seen,
+                           struct arena *a, struct status *st)
+{
+	char key[2048];
 	for (int c = 0; c < m->n_computations; c++) {
 		const struct hlo_computation *comp = m->computations[c];
-		for (int i = 0; i < comp->n_instructions; i++) {
+		for (int i = 0; entry == comp->is_entry && i < comp->n_instructions; i++) {
 			const struct hlo_instruction *in = comp->instructions[i];
 			if (hlo_collective_op(in) == OP_INVALID || in->replaced_by != NULL)
 				continue;
 			const struct hlo_shape *res = result_of(in);
 			int parts = res->type == HT_TUPLE ? res->n_tuple : 1;
 			for (int j = 0; j < parts && j < in->n_operands; j++) {
-				int *at = comp->is_entry ? &at_entry : &at_called;
-				int rv = comp->is_entry
-				             ? collective_pair(g->nodes, *shapes, *at, in, j, a, st)
-				             : collective_pair(called->nodes, *shapes + n_entry,
-				                               *at, in, j, a, st);
+				uint64_t h = collective_key(key, sizeof(key), in, j);
+				int k = 0;
+				while (k < seen->n &&
+				       (seen->hash[k] != h || strcmp(seen->key[k], key)))
+					k++;
+				if (k < seen->n) {
+					repeats[base + seen->node[k]]++;
+					continue;
+				}
+				int rv = collective_pair(nodes, shapes, *at, in, j, a, st);
 				if (rv != ST_OK)
 					return rv;
+				if ((seen->key[k] = arena_strdup(a, key)) == NULL)
+					return status_set(st, ST_RESOURCE_EXHAUSTED,
+					                  "out of host memory");
+				seen->hash[k] = h;
+				seen->node[k] = *at + 1;
+				seen->n++;
+				repeats[base + *at + 1] = 1;
 				*at += 2;
 			}
 		}
 	}
+	return ST_OK;
+}
+
+/*
+ * m's collectives as a step graph (each distinct array of a collective once, over a
+ * parameter of its own; repeats[id] says how many it stands for): the entry's in g's nodes,
+ * the called computations' in one computation of g, so that lower_receive_area knows they may
+ * run many times. shapes and repeats by global id.
+ */
+static int collectives_graph(Podemu__Graph *g, struct shape **shapes, int **repeats,
+                             const struct hlo_module *m, struct arena *a, struct status *st)
+{
+	int n_entry = 2 * count_collectives(m, true), n_called = 2 * count_collectives(m, false);
+	size_t total = (size_t)(n_entry + n_called) + 1;
+	Podemu__Computation *called = arena_alloc(a, sizeof(*called));
+	g->nodes = arena_calloc(a, (size_t)n_entry + 1, sizeof(*g->nodes));
+	g->computations = arena_calloc(a, 1, sizeof(*g->computations));
+	*shapes = arena_calloc(a, total, sizeof(**shapes));
+	*repeats = arena_calloc(a, total, sizeof(int));
+	struct seen seen = {.hash = arena_calloc(a, total, sizeof(uint64_t)),
+	                    .key = arena_calloc(a, total, sizeof(char *)),
+	                    .node = arena_calloc(a, total, sizeof(int))};
+	if (called == NULL || g->nodes == NULL || g->computations == NULL || *shapes == NULL ||
+	    *repeats == NULL || seen.hash == NULL || seen.key == NULL || seen.node == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	podemu__computation__init(called);
+	called->nodes = arena_calloc(a, (size_t)n_called + 1, sizeof(*called->nodes));
+	if (called->nodes == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int at_entry = 0, at_called = 0;
+	int rv = add_collectives(m, true, g->nodes, *shapes, *repeats, 0, &at_entry, &seen, a, st);
+	if (rv != ST_OK)
+		return rv;
+	/* The called computations' collectives run any number of times: each counts once. */
+	seen.n = 0;
+	if ((rv = add_collectives(m, false, called->nodes, *shapes + at_entry, *repeats, at_entry,
+	                          &at_called, &seen, a, st)) != ST_OK)
+		return rv;
+	g->n_nodes = (size_t)at_entry;
+	called->n_nodes = (size_t)at_called;
+	g->computations[0] = called;
+	g->n_computations = at_called > 0;
 	return ST_OK;
 }
 
@@ -253,10 +312,11 @@ int hlo_receive_area(struct receive_area *out, const struct hlo_module *m, int w
 	Podemu__Graph g;
 	podemu__graph__init(&g);
 	struct shape *shapes = NULL;
-	int rv = collectives_graph(&g, &shapes, m, a, st);
-	if (rv == ST_OK && g.n_nodes > 0)
-		rv = lower_receive_area(out, &g, shapes, world, cores_per_host, forced_algorithm,
-		                        chunk_bytes, window, st);
+	int *repeats = NULL;
+	int rv = collectives_graph(&g, &shapes, &repeats, m, a, st);
+	if (rv == ST_OK && graph_total_nodes(&g) > 0)
+		rv = lower_receive_area(out, &g, shapes, repeats, world, cores_per_host,
+		                        forced_algorithm, chunk_bytes, window, st);
 	arena_free(a);
 	return rv;
 }

@@ -637,61 +637,114 @@ static void permute(struct builder *b, const Podemu__Node *node, int me, const s
 		exchange(b, target, IN, whole(b, in), source, source >= 0 ? whole(b, in) : NULL, 0);
 }
 
-/* True when no two of the n members m are on one host. */
-static bool one_member_per_host(const int64_t *m, int n, int cph, int world)
+/*
+ * Where each group of g lies (PLACED_*), into placement[group]; seen has a flag per host,
+ * all false, and is left so.
+ */
+static void place_groups(unsigned char *placement, const struct coll_groups *g, int cph, bool *seen)
 {
-	if (n > world / cph)
-		return false;
-	bool *seen = calloc((size_t)(world / cph), sizeof(bool));
-	bool distinct = seen != NULL;
-	for (int k = 0; distinct && k < n; k++) {
-		distinct = !seen[m[k] / cph];
-		seen[m[k] / cph] = true;
+	for (int k = 0; k < g->num_groups; k++) {
+		const int64_t *m = g->ids + g->start[k];
+		int n = g->size[k];
+		bool one_host = true, distinct = true;
+		for (int j = 0; j < n; j++) {
+			one_host &= m[j] / cph == m[0] / cph;
+			distinct &= !seen[m[j] / cph];
+			seen[m[j] / cph] = true;
+		}
+		for (int j = 0; j < n; j++)
+			seen[m[j] / cph] = false;
+		placement[k] = (one_host ? PLACED_ONE_HOST : 0) |
+		               (!one_host && distinct ? PLACED_ONE_PER_HOST : 0);
 	}
-	free(seen);
-	return distinct;
 }
 
-int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
-                      const Podemu__Graph *g, const struct shape *shapes, int world,
-                      int cores_per_host, int host, const char *forced_algorithm, struct status *st)
+void lower_end(struct lowering *L)
 {
-	int cph = cores_per_host;
-	if (world <= 0 || cph <= 0 || world % cph != 0 || host < 0 || host >= world / cph)
-		return status_set(st, ST_INVALID_ARGUMENT,
-		                  "lower: host %d of a pod of %d cores, %d per host", host, world,
-		                  cph);
-	size_t count = 0, total = graph_total_nodes(g);
-	int *first = graph_first_ids(g, a);
-	if (first == NULL)
+	for (size_t k = 0; L->groups != NULL && k < L->n; k++)
+		coll_groups_free(&L->groups[k]);
+	free(L->groups);
+	L->groups = NULL;
+}
+
+int lower_begin(struct lowering *L, struct arena *a, const Podemu__Graph *g,
+                const struct shape *shapes, int world, int cores_per_host,
+                const char *forced_algorithm, struct status *st)
+{
+	*L = (struct lowering){.g = g,
+	                       .shapes = shapes,
+	                       .world = world,
+	                       .cph = cores_per_host,
+	                       .forced = forced_algorithm};
+	if (world <= 0 || cores_per_host <= 0 || world % cores_per_host != 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "lower: a pod of %d cores, %d per host",
+		                  world, cores_per_host);
+	size_t total = graph_total_nodes(g);
+	if ((L->first = graph_first_ids(g, a)) == NULL ||
+	    (L->ids = arena_calloc(a, total + 1, sizeof(int))) == NULL ||
+	    (L->groups = calloc(total + 1, sizeof(*L->groups))) == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t i = 0; i < total; i++) {
-		int comp;
-		const Podemu__Node *node = graph_node_at(g, first, (int)i, &comp);
-		count += opcode_is_collective(opcode_parse(node->opcode)) ? (size_t)cph : 0;
-	}
-	Podemu__CollectiveSchedule **list = arena_calloc(a, count + 1, sizeof(*list));
-	if (list == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	size_t at = 0;
 	/* Every collective of the graph, in called computations too (ids across the graph). */
 	for (size_t i = 0; i < total; i++) {
 		int comp;
-		const Podemu__Node *node = graph_node_at(g, first, (int)i, &comp);
+		const Podemu__Node *node = graph_node_at(g, L->first, (int)i, &comp);
 		enum opcode op = opcode_parse(node->opcode);
 		if (!opcode_is_collective(op))
 			continue;
-		int base = comp < 0 ? 0 : first[comp];
-		const struct shape *in = &shapes[base + node->operands[0]], *res = &shapes[i];
-		struct coll_groups groups = {0};
+		L->ids[L->n] = (int)i;
 		char label[64];
 		snprintf(label, sizeof(label), "%s (node %zu)", node->opcode, i);
-		if (op != OP_COLLECTIVE_PERMUTE) {
-			int rv = coll_groups_resolve(&groups, node, g->mesh, g->n_mesh, world,
-			                             op == OP_ALL_REDUCE, label, st);
-			if (rv != ST_OK)
-				return rv;
+		int rv = op == OP_COLLECTIVE_PERMUTE
+		             ? ST_OK
+		             : coll_groups_resolve(&L->groups[L->n], node, g->mesh, g->n_mesh,
+		                                   world, op == OP_ALL_REDUCE, label, st);
+		L->n++; /* freed by lower_end whether resolved or not */
+		if (rv != ST_OK) {
+			lower_end(L);
+			return rv;
 		}
+	}
+	/* Where each collective's groups lie, once for all hosts. */
+	bool *seen = calloc((size_t)(world / cores_per_host) + 1, sizeof(bool));
+	L->placement = arena_calloc(a, L->n + 1, sizeof(*L->placement));
+	for (size_t k = 0; seen != NULL && L->placement != NULL && k < L->n; k++) {
+		L->placement[k] = arena_calloc(a, (size_t)L->groups[k].num_groups + 1, 1);
+		if (L->placement[k] == NULL)
+			break;
+		place_groups(L->placement[k], &L->groups[k], cores_per_host, seen);
+	}
+	bool done =
+	    seen != NULL && L->placement != NULL && (L->n == 0 || L->placement[L->n - 1] != NULL);
+	free(seen);
+	if (!done) {
+		lower_end(L);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	return ST_OK;
+}
+
+int lower_host(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
+               const struct lowering *lw, int host, struct status *st)
+{
+	int cph = lw->cph, world = lw->world;
+	const char *forced_algorithm = lw->forced;
+	if (host < 0 || host >= world / cph)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "lower: host %d of a pod of %d cores, %d per host", host, world,
+		                  cph);
+	Podemu__CollectiveSchedule **list = arena_calloc(a, lw->n * (size_t)cph + 1, sizeof(*list));
+	if (list == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	size_t at = 0;
+	for (size_t ci = 0; ci < lw->n; ci++) {
+		size_t i = (size_t)lw->ids[ci];
+		int comp;
+		const Podemu__Node *node = graph_node_at(lw->g, lw->first, (int)i, &comp);
+		enum opcode op = opcode_parse(node->opcode);
+		int base = comp < 0 ? 0 : lw->first[comp];
+		const struct shape *in = &lw->shapes[base + node->operands[0]],
+		                   *res = &lw->shapes[i];
+		const struct coll_groups groups = lw->groups[ci];
 		for (int c = 0; c < cph; c++) {
 			int me = host * cph + c;
 			struct builder b = {.a = a};
@@ -702,9 +755,7 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				int gi = groups.group_of[me], n = groups.size[gi];
 				int p = groups.position_of[me];
 				const int64_t *m = groups.ids + groups.start[gi];
-				int one_host = 1;
-				for (int k = 0; k < n; k++)
-					one_host &= m[k] / cph == m[0] / cph;
+				int one_host = lw->placement[ci][gi] & PLACED_ONE_HOST;
 				/* Several hosts with several members each: intra-, then inter-host.
 				 */
 				int64_t local[SPLIT_MAX], across[SPLIT_MAX];
@@ -718,9 +769,8 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
 				int f[LOWER_TORUS_DIMS_MAX], k = lower_torus_dims(n, f);
 				struct group_shape gs = {.one_host = one_host,
-				                         .one_per_host =
-				                             !one_host &&
-				                             one_member_per_host(m, n, cph, world),
+				                         .one_per_host = lw->placement[ci][gi] &
+				                                         PLACED_ONE_PER_HOST,
 				                         .layered = layered,
 				                         .contiguous = blocks_contiguous(res, d),
 				                         .torus = k > 1};
@@ -755,10 +805,8 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 					           (int)node->concat_dimension, in, res);
 			}
 			Podemu__CollectiveSchedule *s = arena_alloc(a, sizeof(*s));
-			if (b.failed || s == NULL) {
-				coll_groups_free(&groups);
+			if (b.failed || s == NULL)
 				return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-			}
 			podemu__collective_schedule__init(s);
 			s->node = (int32_t)i;
 			s->ordinal = me;
@@ -769,9 +817,20 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
 			s->n_phases = b.n;
 			list[at++] = s;
 		}
-		coll_groups_free(&groups);
 	}
 	*out = list;
 	*n_out = at;
 	return ST_OK;
+}
+
+int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
+                      const Podemu__Graph *g, const struct shape *shapes, int world,
+                      int cores_per_host, int host, const char *forced_algorithm, struct status *st)
+{
+	struct lowering L;
+	int rv = lower_begin(&L, a, g, shapes, world, cores_per_host, forced_algorithm, st);
+	if (rv == ST_OK)
+		rv = lower_host(out, n_out, a, &L, host, st);
+	lower_end(&L);
+	return rv;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "collective.h"
 #include "dtype.h"
 #include "graph.h"
 #include "podemu.pb-c.h"
@@ -60,6 +61,32 @@ int lower_collectives(Podemu__CollectiveSchedule ***out, size_t *n_out, struct a
                       const Podemu__Graph *g, const struct shape *shapes, int world,
                       int cores_per_host, int host, const char *forced_algorithm,
                       struct status *st);
+
+/*
+ * The same in two stages, for lowering many hosts of one graph: lower_begin resolves every
+ * collective's groups once (the arrays from a, the groups malloc'd: lower_end frees them,
+ * also after a failure of lower_begin); lower_host then gives host `host`'s schedules as
+ * lower_collectives does.
+ */
+struct lowering {
+	const Podemu__Graph *g;
+	const struct shape *shapes;
+	int world, cph;
+	const char *forced;
+	int *first;                 /* graph_first_ids */
+	size_t n;                   /* collective nodes */
+	int *ids;                   /* [n]: their ids */
+	struct coll_groups *groups; /* [n]: their groups (a permute's: none) */
+	unsigned char **placement;  /* [n][group]: PLACED_* */
+};
+#define PLACED_ONE_HOST 1     /* every member on one host */
+#define PLACED_ONE_PER_HOST 2 /* every member on a host of its own */
+int lower_begin(struct lowering *L, struct arena *a, const Podemu__Graph *g,
+                const struct shape *shapes, int world, int cores_per_host,
+                const char *forced_algorithm, struct status *st);
+int lower_host(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a,
+               const struct lowering *lw, int host, struct status *st);
+void lower_end(struct lowering *L);
 
 /*
  * The dimensions of a torus for a group of n members: n's prime factors packed into dimensions
@@ -132,14 +159,16 @@ struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size
  * (a collective in a called computation may run any number of times: the credit); each core
  * holds an equal share (the most over the pod's hosts), each slot as large as the largest
  * chunk from a peer (rounded up to HBM_ALIGNMENT). None on one host. g's computations are
- * the called ones.
+ * the called ones; repeats[id] (NULL: 1 each) says how many collectives entry node id stands
+ * for, so that alike ones are lowered once.
  */
 struct receive_area {
 	int slots;          /* per core */
 	int64_t slot_bytes; /* each */
 };
 int lower_receive_area(struct receive_area *out, const Podemu__Graph *g, const struct shape *shapes,
-                       int world, int cores_per_host, const char *forced_algorithm,
-                       int64_t chunk_bytes, int window, struct status *st);
+                       const int *repeats, int world, int cores_per_host,
+                       const char *forced_algorithm, int64_t chunk_bytes, int window,
+                       struct status *st);
 
 #endif

@@ -19,8 +19,8 @@
  * credit). Raises *slot to the largest such chunk. chunks[] is scratch of a counter per host.
  */
 static int64_t host_need(const Podemu__CollectiveSchedule *const *scheds, size_t n, size_t n_entry,
-                         int h, int cph, int64_t chunk_bytes, int64_t credit, int64_t *chunks,
-                         int hosts, int64_t *slot)
+                         const int *repeats, int h, int cph, int64_t chunk_bytes, int64_t credit,
+                         int64_t *chunks, int hosts, int64_t *slot)
 {
 	memset(chunks, 0, (size_t)hosts * sizeof(*chunks));
 	for (size_t k = 0; k < n; k++)
@@ -34,9 +34,11 @@ static int64_t host_need(const Podemu__CollectiveSchedule *const *scheds, size_t
 				continue;
 			int64_t first = len < chunk_bytes ? len : chunk_bytes;
 			*slot = first > *slot ? first : *slot;
-			chunks[peer] = (size_t)scheds[k]->node >= n_entry
-			                   ? credit
-			                   : chunks[peer] + (len + chunk_bytes - 1) / chunk_bytes;
+			int64_t times = repeats != NULL ? repeats[scheds[k]->node] : 1;
+			chunks[peer] =
+			    (size_t)scheds[k]->node >= n_entry
+			        ? credit
+			        : chunks[peer] + times * ((len + chunk_bytes - 1) / chunk_bytes);
 			if (chunks[peer] > credit)
 				chunks[peer] = credit;
 		}
@@ -47,8 +49,9 @@ static int64_t host_need(const Podemu__CollectiveSchedule *const *scheds, size_t
 }
 
 int lower_receive_area(struct receive_area *out, const Podemu__Graph *g, const struct shape *shapes,
-                       int world, int cores_per_host, const char *forced_algorithm,
-                       int64_t chunk_bytes, int window, struct status *st)
+                       const int *repeats, int world, int cores_per_host,
+                       const char *forced_algorithm, int64_t chunk_bytes, int window,
+                       struct status *st)
 {
 	memset(out, 0, sizeof(*out));
 	int cph = cores_per_host;
@@ -63,26 +66,29 @@ int lower_receive_area(struct receive_area *out, const Podemu__Graph *g, const s
 	int64_t *chunks = calloc((size_t)hosts, sizeof(int64_t));
 	if (chunks == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int rv = ST_OK;
-	for (int h = 0; h < hosts && rv == ST_OK; h++) {
-		struct arena *a = arena_new();
+	struct arena *whole = arena_new();
+	struct lowering L = {0};
+	int rv = whole == NULL
+	             ? status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory")
+	             : lower_begin(&L, whole, g, shapes, world, cph, forced_algorithm, st);
+	struct arena *a = arena_new(); /* one host's schedules at a time */
+	if (rv == ST_OK && a == NULL)
+		rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int h = 0; h < hosts && rv == ST_OK && L.n > 0; h++) {
 		Podemu__CollectiveSchedule **scheds;
 		size_t n;
-		if (a == NULL)
-			rv = status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		else
-			rv = lower_collectives(&scheds, &n, a, g, shapes, world, cph, h,
-			                       forced_algorithm, st);
-		if (rv == ST_OK && n == 0)
-			h = hosts; /* no collectives: no host receives anything */
-		else if (rv == ST_OK) {
+		arena_reset(a);
+		rv = lower_host(&scheds, &n, a, &L, h, st);
+		if (rv == ST_OK) {
 			int64_t need = host_need((const Podemu__CollectiveSchedule *const *)scheds,
-			                         n, g->n_nodes, h, cph, chunk_bytes, credit, chunks,
-			                         hosts, &slot);
+			                         n, g->n_nodes, repeats, h, cph, chunk_bytes,
+			                         credit, chunks, hosts, &slot);
 			most = need > most ? need : most;
 		}
-		arena_free(a);
 	}
+	arena_free(a);
+	lower_end(&L);
+	arena_free(whole);
 	free(chunks);
 	if (rv != ST_OK || most == 0 || slot == 0)
 		return rv;
