@@ -611,9 +611,9 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	r.recv_tags = calloc((size_t)dev->world_size, sizeof(uint32_t));
 	r.chans = calloc((size_t)dev->num_hosts, sizeof(*r.chans));
 	/* It works through the workspace the plan reserved for it: stage slots, then work area. */
-	struct coll_workspace w = lower_node_workspace(
-	    n, sched->group_size, &s->shapes[step_operand(s, node, 0)], &s->shapes[node],
-	    s->chunk_bytes, s->window, s->prog->collective_algorithm);
+	struct coll_workspace w =
+	    lower_node_workspace(n, sched->group_size, &s->shapes[step_operand(s, node, 0)],
+	                         &s->shapes[node], s->chunk_bytes, s->window, sched->algorithm);
 	int64_t need = w.staging + w.work;
 	if (dev->backed && w.staging > 0) {
 		r.num_stage = (int)(w.staging / w.slot);

@@ -153,7 +153,7 @@ static int check_schedule(struct device *dev, struct step *s, const Podemu__Coll
 	                   *out = &s->shapes[cs->node];
 	int64_t in_bytes = shape_bytes(in), out_bytes = shape_bytes(out);
 	int64_t work_bytes = lower_node_workspace(n, cs->group_size, in, out, s->chunk_bytes,
-	                                          s->window, s->prog->collective_algorithm)
+	                                          s->window, cs->algorithm)
 	                         .work;
 	for (size_t k = 0; k < cs->n_phases; k++) {
 		const Podemu__CollPhase *ph = cs->phases[k];

@@ -573,8 +573,10 @@ static int account(struct builder *b, struct comp_state *x, int i, int depth,
 	out->sent_bytes = layout_add(out->sent_bytes, sent);
 	enum opcode op = opcode_parse(in->opcode);
 	out->sent_by_op[op] = layout_add(out->sent_by_op[op], sent);
-	struct coll_workspace w =
-	    hlo_collective_workspace(in, size, o->chunk_bytes, o->window, o->collective_algorithm);
+	struct coll_workspace w;
+	if (hlo_collective_workspace(&w, in, out->world_size, out->cores_per_host, o->chunk_bytes,
+	                             o->window, o->collective_algorithm, b->st) != ST_OK)
+		return ST_INVALID_ARGUMENT;
 	int64_t need = w.staging + w.work;
 	if (need > x->coll_scratch[at]) { /* a merged collective shares one workspace */
 		x->scratch[at] += need - x->coll_scratch[at];

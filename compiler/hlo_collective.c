@@ -55,18 +55,78 @@ int64_t hlo_collective_sent(const struct hlo_instruction *in, int n)
 	}
 }
 
-struct coll_workspace hlo_collective_workspace(const struct hlo_instruction *in, int n,
-                                               int64_t chunk_bytes, int window,
-                                               const char *forced_algorithm)
+static void pod_shape(struct shape *out, const struct hlo_shape *h);
+
+/* The largest workspace over groups g, each with the algorithm lower_choose gives it. */
+static int workspace_of_groups(struct coll_workspace *out, const struct coll_groups *g,
+                               enum opcode op, int64_t in_bytes, int64_t out_bytes, bool strided,
+                               const struct hlo_shape *result, int d, int world, int cph,
+                               int64_t chunk_bytes, int window, const char *forced,
+                               struct status *st)
 {
+	unsigned char *placement = calloc((size_t)g->num_groups + 1, 1);
+	int *count = calloc((size_t)(world / cph) + 1, sizeof(int));
+	if (placement == NULL || count == NULL) {
+		free(placement);
+		free(count);
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	}
+	lower_place_groups(placement, g, cph, count);
+	struct shape res;
+	pod_shape(&res,
+	          result->type == HT_TUPLE && result->n_tuple > 0 ? &result->tuple[0] : result);
+	for (int k = 0; k < g->num_groups; k++) {
+		int n = g->size[k];
+		const char *algo = lower_choose(
+		    op, n, in_bytes, lower_group_shape(placement[k], n, &res, d), forced);
+		struct coll_workspace w =
+		    lower_workspace(op, n, in_bytes, out_bytes, strided, chunk_bytes, window, algo);
+		if (w.staging + w.work > out->staging + out->work)
+			*out = w;
+	}
+	free(placement);
+	free(count);
+	return ST_OK;
+}
+
+int hlo_collective_workspace(struct coll_workspace *out, const struct hlo_instruction *in,
+                             int world, int cores_per_host, int64_t chunk_bytes, int window,
+                             const char *forced_algorithm, struct status *st)
+{
+	memset(out, 0, sizeof(*out));
 	enum opcode op = hlo_collective_op(in);
 	const struct hlo_shape *result = result_of(in), *operand = operand_of(in);
 	const struct hlo_shape *blocks = op == OP_ALL_GATHER ? result : operand;
 	int d = in->n_dimensions > 0 ? (int)in->dimensions[0] : 0;
 	bool strided = op != OP_ALL_REDUCE && blocks->type != HT_TUPLE &&
 	               lower_blocks_strided(blocks->dims, blocks->rank, d);
-	return lower_workspace(op, n, layout_bytes(operand, false), layout_bytes(result, false),
-	                       strided, chunk_bytes, window, forced_algorithm);
+	int64_t in_bytes = layout_bytes(operand, false), out_bytes = layout_bytes(result, false);
+	if (op == OP_COLLECTIVE_PERMUTE || op == OP_INVALID)
+		return ST_OK;
+	/* Every group runs the algorithm its size and place choose: the most any of them needs. */
+	const char *text = in->replica_groups;
+	bool all = text == NULL || strcmp(text, "{}") == 0 || strcmp(text, "{{}}") == 0;
+	struct coll_groups g = {0};
+	int start = 0, size = world, rv = ST_OK;
+	int64_t *ids = NULL;
+	if (all) { /* one group of every core */
+		if ((ids = malloc((size_t)world * sizeof(int64_t))) == NULL)
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		for (int k = 0; k < world; k++)
+			ids[k] = k;
+		g = (struct coll_groups){
+		    .num_groups = 1, .start = &start, .size = &size, .ids = ids};
+	} else if ((rv = coll_groups_from_text(&g, text, world, op == OP_ALL_REDUCE, in->name,
+	                                       st)) != ST_OK) {
+		return rv;
+	}
+	rv = workspace_of_groups(out, &g, op, in_bytes, out_bytes, strided, result, d, world,
+	                         cores_per_host, chunk_bytes, window, forced_algorithm, st);
+	if (all)
+		free(ids);
+	else
+		coll_groups_free(&g);
+	return rv;
 }
 
 /*

@@ -15,10 +15,15 @@ enum opcode hlo_collective_op(const struct hlo_instruction *in);
 /* What one core sends in collective `in` over groups of n, nccl-tests' way of counting. */
 int64_t hlo_collective_sent(const struct hlo_instruction *in, int n);
 
-/* The workspace of collective `in` over groups of n (the largest), as lower_workspace says. */
-struct coll_workspace hlo_collective_workspace(const struct hlo_instruction *in, int n,
-                                               int64_t chunk_bytes, int window,
-                                               const char *forced_algorithm);
+/*
+ * The workspace of collective `in` on a pod of world cores, cores_per_host per host: the most
+ * that any of its groups needs with the algorithm lower_choose gives it (lower_workspace),
+ * with the pod's chunk size, window and forced algorithm. INVALID_ARGUMENT for groups the
+ * verifier would refuse.
+ */
+int hlo_collective_workspace(struct coll_workspace *out, const struct hlo_instruction *in,
+                             int world, int cores_per_host, int64_t chunk_bytes, int window,
+                             const char *forced_algorithm, struct status *st);
 
 /*
  * The receive slots of module m on a pod of world cores, cores_per_host per host, as

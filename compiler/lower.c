@@ -255,6 +255,21 @@ static void reduce_scatter(struct builder *b, const int64_t *m, int n, int p, in
 }
 
 /*
+ * Direct reduce-scatter: every member sends block q of its input to member q, all at once,
+ * and sums the blocks it receives into its output in the order of the members after it.
+ */
+static void reduce_scatter_direct(struct builder *b, const int64_t *m, int n, int p, int d,
+                                  const struct shape *in, const struct shape *out)
+{
+	copy_phase(b, IN, split_block(b, in, d, n, p), whole(b, out));
+	size_t first = b->n;
+	for (int k = 1; k < n; k++)
+		exchange(b, (int)m[MOD(p - k, n)], IN, split_block(b, in, d, n, MOD(p - k, n)),
+		         (int)m[MOD(p + k, n)], whole(b, out), 1);
+	at_once(b, first);
+}
+
+/*
  * All-reduce into the output: a ring reduce-scatter over flat blocks leaves block p+1 reduced
  * on core p, then the blocks are gathered around the ring. The reduce half combines each
  * received partial with the core's own input block into the output, so the input is never
@@ -637,26 +652,42 @@ static void permute(struct builder *b, const Podemu__Node *node, int me, const s
 		exchange(b, target, IN, whole(b, in), source, source >= 0 ? whole(b, in) : NULL, 0);
 }
 
-/*
- * Where each group of g lies (PLACED_*), into placement[group]; seen has a flag per host,
- * all false, and is left so.
- */
-static void place_groups(unsigned char *placement, const struct coll_groups *g, int cph, bool *seen)
+void lower_place_groups(unsigned char *placement, const struct coll_groups *g, int cph, int *count)
 {
 	for (int k = 0; k < g->num_groups; k++) {
 		const int64_t *m = g->ids + g->start[k];
-		int n = g->size[k];
+		int n = g->size[k], hosts = 0;
 		bool one_host = true, distinct = true;
 		for (int j = 0; j < n; j++) {
 			one_host &= m[j] / cph == m[0] / cph;
-			distinct &= !seen[m[j] / cph];
-			seen[m[j] / cph] = true;
+			hosts += count[m[j] / cph]++ == 0;
 		}
+		bool uniform = true;
+		for (int j = 0; j < n; j++) {
+			distinct &= count[m[j] / cph] == 1;
+			uniform &= count[m[j] / cph] == count[m[0] / cph];
+		}
+		int per_host = n > 0 ? count[m[0] / cph] : 0;
 		for (int j = 0; j < n; j++)
-			seen[m[j] / cph] = false;
+			count[m[j] / cph] = 0;
+		/* Several hosts with several members each, as many on each: intra-, then
+		 * inter-host (split_by_host's grid). */
+		bool layered = !one_host && n <= SPLIT_MAX && hosts <= 64 && uniform && hosts > 1 &&
+		               per_host > 1;
 		placement[k] = (one_host ? PLACED_ONE_HOST : 0) |
-		               (!one_host && distinct ? PLACED_ONE_PER_HOST : 0);
+		               (!one_host && distinct ? PLACED_ONE_PER_HOST : 0) |
+		               (layered ? PLACED_LAYERED : 0);
 	}
+}
+
+struct group_shape lower_group_shape(unsigned char placement, int n, const struct shape *res, int d)
+{
+	int f[LOWER_TORUS_DIMS_MAX];
+	return (struct group_shape){.one_host = placement & PLACED_ONE_HOST,
+	                            .one_per_host = placement & PLACED_ONE_PER_HOST,
+	                            .layered = placement & PLACED_LAYERED,
+	                            .contiguous = blocks_contiguous(res, d),
+	                            .torus = lower_torus_dims(n, f) > 1};
 }
 
 void lower_end(struct lowering *L)
@@ -705,13 +736,13 @@ int lower_begin(struct lowering *L, struct arena *a, const Podemu__Graph *g,
 		}
 	}
 	/* Where each collective's groups lie, once for all hosts. */
-	bool *seen = calloc((size_t)(world / cores_per_host) + 1, sizeof(bool));
+	int *seen = calloc((size_t)(world / cores_per_host) + 1, sizeof(int));
 	L->placement = arena_calloc(a, L->n + 1, sizeof(*L->placement));
 	for (size_t k = 0; seen != NULL && L->placement != NULL && k < L->n; k++) {
 		L->placement[k] = arena_calloc(a, (size_t)L->groups[k].num_groups + 1, 1);
 		if (L->placement[k] == NULL)
 			break;
-		place_groups(L->placement[k], &L->groups[k], cores_per_host, seen);
+		lower_place_groups(L->placement[k], &L->groups[k], cores_per_host, seen);
 	}
 	bool done =
 	    seen != NULL && L->placement != NULL && (L->n == 0 || L->placement[L->n - 1] != NULL);
@@ -755,25 +786,18 @@ int lower_host(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a
 				int gi = groups.group_of[me], n = groups.size[gi];
 				int p = groups.position_of[me];
 				const int64_t *m = groups.ids + groups.start[gi];
-				int one_host = lw->placement[ci][gi] & PLACED_ONE_HOST;
-				/* Several hosts with several members each: intra-, then inter-host.
-				 */
+				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
+				int f[LOWER_TORUS_DIMS_MAX], k = lower_torus_dims(n, f);
+				struct group_shape gs =
+				    lower_group_shape(lw->placement[ci][gi], n, res, d);
 				int64_t local[SPLIT_MAX], across[SPLIT_MAX];
 				int grid[SPLIT_MAX];
 				int L = 0, H = 0, lp = 0, h = 0;
-				bool layered = !one_host && n <= SPLIT_MAX &&
+				bool layered = gs.layered &&
 				               (op == OP_ALL_REDUCE || op == OP_ALL_GATHER) &&
 				               split_by_host(m, n, cph, me, local, across, grid, &L,
-				                             &H, &lp, &h) &&
-				               L > 1 && H > 1;
-				int d = node->n_dimensions ? (int)node->dimensions[0] : 0;
-				int f[LOWER_TORUS_DIMS_MAX], k = lower_torus_dims(n, f);
-				struct group_shape gs = {.one_host = one_host,
-				                         .one_per_host = lw->placement[ci][gi] &
-				                                         PLACED_ONE_PER_HOST,
-				                         .layered = layered,
-				                         .contiguous = blocks_contiguous(res, d),
-				                         .torus = k > 1};
+				                             &H, &lp, &h);
+				gs.layered = layered;
 				algo = lower_choose(op, n, shape_bytes(in), gs, forced_algorithm);
 				bool hier = strcmp(algo, "hierarchical") == 0;
 				bool doubling = strcmp(algo, "recursive-doubling") == 0;
@@ -791,7 +815,9 @@ int lower_host(Podemu__CollectiveSchedule ***out, size_t *n_out, struct arena *a
 				else if (op == OP_REDUCE_SCATTER && strcmp(algo, "torus") == 0)
 					reduce_scatter_torus(&b, m, n, p, d, f, k, in, res);
 				else if (op == OP_REDUCE_SCATTER)
-					reduce_scatter(&b, m, n, p, d, in, res);
+					strcmp(algo, "direct") == 0
+					    ? reduce_scatter_direct(&b, m, n, p, d, in, res)
+					    : reduce_scatter(&b, m, n, p, d, in, res);
 				else if (hier)
 					all_reduce_hierarchical(&b, local, L, lp, across, H, h, in);
 				else if (op == OP_ALL_REDUCE && strcmp(algo, "torus") == 0)

@@ -81,6 +81,7 @@ struct lowering {
 };
 #define PLACED_ONE_HOST 1     /* every member on one host */
 #define PLACED_ONE_PER_HOST 2 /* every member on a host of its own */
+#define PLACED_LAYERED 4      /* several hosts with as many members each, more than one */
 int lower_begin(struct lowering *L, struct arena *a, const Podemu__Graph *g,
                 const struct shape *shapes, int world, int cores_per_host,
                 const char *forced_algorithm, struct status *st);
@@ -108,6 +109,15 @@ struct group_shape {
 };
 
 /*
+ * Where each group of g lies (PLACED_*), into placement[group]; count has a zero counter per
+ * host and is left so.
+ */
+void lower_place_groups(unsigned char *placement, const struct coll_groups *g, int cph, int *count);
+/* The shape of a group of n members placed so (PLACED_*), its blocks along d of res. */
+struct group_shape lower_group_shape(unsigned char placement, int n, const struct shape *res,
+                                     int d);
+
+/*
  * The algorithm of op over a group of n members of bytes each (its operand), from the group's
  * shape; forced as lower_collectives takes it, where it applies.
  */
@@ -129,13 +139,14 @@ struct coll_workspace {
 };
 
 /*
- * The workspace of op over a group of n members, in_bytes in and out_bytes out, whose send
- * blocks are `strided` (lower_blocks_strided), with the pod's chunk size, window and forced
- * algorithm (as lower_collectives takes it). The plan reserves it and agents use it: one rule.
+ * The workspace of op over a group of n members that runs `algorithm` (lower_choose's),
+ * in_bytes in and out_bytes out, whose send blocks are `strided`
+ * (lower_blocks_strided), with the pod's chunk size and window. The plan reserves it and
+ * agents use it: one rule.
  */
 struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, int64_t out_bytes,
                                       bool strided, int64_t chunk_bytes, int window,
-                                      const char *forced_algorithm);
+                                      const char *algorithm);
 /*
  * True when the blocks of a value of these dimensions split along d are not one run each (the
  * dimensions before d hold other than one element): an all-gather's result, a reduce-scatter's
@@ -143,13 +154,13 @@ struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, i
  */
 bool lower_blocks_strided(const int64_t *dims, int rank, int d);
 /*
- * The workspace of collective node n for a core in a group of group_size, in and out its
- * operand's and result's shapes (the agents' side; the plan reads HLO, hlo_collective.c).
+ * The workspace of collective node n for a core in a group of group_size that runs
+ * `algorithm` (its schedule's), in and out its operand's and result's shapes (the agents'
+ * side; the plan reads HLO, hlo_collective.c).
  */
 struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size,
                                            const struct shape *in, const struct shape *out,
-                                           int64_t chunk_bytes, int window,
-                                           const char *forced_algorithm);
+                                           int64_t chunk_bytes, int window, const char *algorithm);
 
 /*
  * Each core's share of its host's receive slots for a step (lower_receive.c): where chunks

@@ -54,25 +54,25 @@ bool lower_blocks_strided(const int64_t *dims, int rank, int d)
 
 struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, int64_t out_bytes,
                                       bool strided, int64_t chunk_bytes, int window,
-                                      const char *forced_algorithm)
+                                      const char *algorithm)
 {
 	struct coll_workspace w = {0};
 	if (n <= 1 || op == OP_COLLECTIVE_PERMUTE || chunk_bytes <= 0)
 		return w;
+	const char *algo = algorithm != NULL ? algorithm : "";
 	/*
-	 * A small all-reduce may go by recursive doubling; whether its group's size is a power
-	 * of two is left out, so that a plan sized by the largest of unequal groups serves all.
+	 * Sends a phase overwrites before the peer has them: a ring reduce-scatter's partial
+	 * sums, recursive doubling's; and sends gathered from strided rows.
 	 */
-	bool stages = op == OP_REDUCE_SCATTER || strided ||
-	              (op == OP_ALL_REDUCE && all_reduce_may_double(in_bytes, forced_algorithm));
+	bool stages = strided || (op == OP_REDUCE_SCATTER && strcmp(algo, "direct") != 0) ||
+	              (op == OP_ALL_REDUCE && strcmp(algo, "recursive-doubling") == 0);
 	/* The largest block a core sends: a whole operand, one n-th of it, or runs of blocks. */
 	int64_t most = op == OP_ALL_REDUCE                              ? in_bytes
 	               : op == OP_REDUCE_SCATTER || op == OP_ALL_TO_ALL ? in_bytes / n
 	                                                                : out_bytes;
 	/* A torus reduce-scatter sums the runs of its largest dimension first (lower.c). */
 	int f[LOWER_TORUS_DIMS_MAX], k;
-	bool forced_torus = forced_algorithm != NULL && strcmp(forced_algorithm, "torus") == 0;
-	if (op == OP_REDUCE_SCATTER && !strided && (n > LOWER_TORUS_MEMBERS || forced_torus) &&
+	if (op == OP_REDUCE_SCATTER && strcmp(algo, "torus") == 0 &&
 	    (k = lower_torus_dims(n, f)) > 1) {
 		int largest = 1;
 		for (int i = 0; i < k; i++)
@@ -89,8 +89,7 @@ struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, i
 
 struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size,
                                            const struct shape *in, const struct shape *out,
-                                           int64_t chunk_bytes, int window,
-                                           const char *forced_algorithm)
+                                           int64_t chunk_bytes, int window, const char *algorithm)
 {
 	enum opcode op = opcode_parse(n->opcode);
 	bool strided = false;
@@ -102,7 +101,7 @@ struct coll_workspace lower_node_workspace(const Podemu__Node *n, int group_size
 		strided = lower_blocks_strided(in->dims, in->rank, (int)n->split_dimension);
 	}
 	return lower_workspace(op, group_size, shape_bytes(in), shape_bytes(out), strided,
-	                       chunk_bytes, window, forced_algorithm);
+	                       chunk_bytes, window, algorithm);
 }
 
 const char *lower_choose(enum opcode op, int n, int64_t bytes, struct group_shape g,
@@ -126,8 +125,8 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, struct group_shap
 		 * where each peer host sends one member's (the data plane's credit per host).
 		 */
 		if (strcmp(forced, "direct") == 0 &&
-		    (op == OP_ALL_GATHER ||
-		     (op == OP_ALL_REDUCE && (g.one_host || g.one_per_host))))
+		    (op == OP_ALL_GATHER || ((op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER) &&
+		                             (g.one_host || g.one_per_host))))
 			return "direct";
 		if (strcmp(forced, "bidirectional-ring") == 0 && op == OP_ALL_GATHER && contiguous)
 			return "bidirectional-ring";
@@ -160,6 +159,9 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, struct group_shap
 			return "direct";
 		return layered ? "hierarchical" : "ring";
 	case OP_REDUCE_SCATTER:
+		/* As the direct all-reduce's first half, and for the same groups. */
+		if (one_host || (g.one_per_host && n <= LOWER_DIRECT_HOSTS))
+			return "direct";
 		return torus && contiguous && n > LOWER_TORUS_MEMBERS && !one_host ? "torus"
 		                                                                   : "ring";
 

@@ -40,6 +40,7 @@ int memplan_build(struct memplan *out, struct hlo_module *m, const struct topolo
 	memset(out, 0, sizeof(*out));
 	const struct hlo_computation *c = m->entry;
 	out->world_size = topology_world_size(topo);
+	out->cores_per_host = topo->cores_per_host;
 	out->all_gather = o->all_gather;
 	out->no_alias = o->no_alias;
 	out->capacity = topology_bytes_limit(topo);

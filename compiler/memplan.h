@@ -80,7 +80,7 @@ struct comp_plan {
 };
 
 struct memplan {
-	int world_size;
+	int world_size, cores_per_host;
 	int64_t capacity; /* usable HBM per core */
 	int n_buffers;
 	struct plan_buffer *buffers;

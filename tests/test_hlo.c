@@ -279,8 +279,9 @@ static void test_parse_xla_forms(void **state)
 	    "line 4", "body=nowhere is not defined");
 }
 
-static bool no_fusion; /* plan() with --fusion none */
-static bool recorded;  /* plan() with --scheduler recorded */
+static bool no_fusion;               /* plan() with --fusion none */
+static bool recorded;                /* plan() with --scheduler recorded */
+static const char *forced_algorithm; /* plan() with --collective-algo */
 
 static int plan(const char *text, const char *topology, struct memplan *p)
 {
@@ -291,8 +292,11 @@ static int plan(const char *text, const char *topology, struct memplan *p)
 	int rv = parse(text, &m, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
-	struct memplan_options o = {
-	    .alignment = 1, .tiled = true, .no_fusion = no_fusion, .recorded_order = recorded};
+	struct memplan_options o = {.alignment = 1,
+	                            .tiled = true,
+	                            .no_fusion = no_fusion,
+	                            .recorded_order = recorded,
+	                            .collective_algorithm = forced_algorithm};
 	rv = memplan_build(p, &m, &topo, &o, a, &st);
 	if (rv != ST_OK)
 		fail_msg("%s", st.message);
@@ -320,12 +324,13 @@ static void test_plan_seed_all_gather(void **state)
 }
 
 /*
- * Receive slots: where chunks from other hosts wait that cannot be read into place. A ring
- * reduce-scatter over one member per host of a v3-32 (4 hosts x 8 cores): every core of host 0
- * receives three 1 MiB blocks from host 3, 24 chunks in all, within the stream's credit of
- * 4 x 8: three slots of 1 MiB per core, at the top of the reservation. A second one makes 48,
- * capped by the credit: four per core. (One host receives nothing from another: the seed's
- * plan on a v3-8 has none.)
+ * Receive slots and workspace of reduce-scatters over one member per host of a v3-32 (4
+ * hosts x 8 cores). Direct (each core sends block q to member q at once, and sums what it
+ * gets): no workspace; every core of host 0 receives a 1 MiB block from each other host, 8
+ * chunks from each, within the stream's credit of 4 x 8: three slots of 1 MiB per core, at
+ * the top of the reservation. Five of them: 40 chunks from each host, capped by the credit:
+ * 12 per core. As a ring (forced): one peer host, staging of 4 chunks. (One host receives
+ * nothing from another: the seed's plan on a v3-8 has none.)
  */
 static void test_plan_receive_slots(void **state)
 {
@@ -333,22 +338,40 @@ static void test_plan_receive_slots(void **state)
 	    "  rs%d = f32[262144]{0} reduce-scatter(p0), replica_groups={{0,8,16,24},{1,9,17,25},"
 	    "{2,10,18,26},{3,11,19,27},{4,12,20,28},{5,13,21,29},{6,14,22,30},{7,15,23,31}}, "
 	    "dimensions={0}, to_apply=add\n";
-	char text[2048], one[512], two[512];
-	snprintf(one, sizeof(one), rs, 1);
-	snprintf(two, sizeof(two), rs, 2);
-	struct memplan p;
-	for (int count = 1; count <= 2; count++) {
-		snprintf(text, sizeof(text),
-		         "HloModule rs\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
-		         "  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n"
-		         "  p0 = f32[1048576]{0} parameter(0)\n%s%s"
-		         "  ROOT t = (f32[262144], f32[262144]) tuple(rs1, %s)\n}\n",
-		         one, count == 2 ? two : "", count == 2 ? "rs2" : "rs1");
+	static const struct {
+		int count;
+		const char *algorithm;
+		int slots;
+		int64_t workspace;
+	} cases[] = {{1, NULL, 3, 0}, {5, NULL, 12, 0}, {1, "ring", 3, 4 * MiB}};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		char text[8192], line[512];
+		int at = snprintf(text, sizeof(text),
+		                  "HloModule rs\nadd {\n  a = f32[] parameter(0)\n  b = f32[] "
+		                  "parameter(1)\n  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n"
+		                  "  p0 = f32[1048576]{0} parameter(0)\n");
+		for (int k = 1; k <= cases[c].count; k++) {
+			snprintf(line, sizeof(line), rs, k);
+			at += snprintf(text + at, sizeof(text) - (size_t)at, "%s", line);
+		}
+		at += snprintf(text + at, sizeof(text) - (size_t)at, "  ROOT t = (");
+		for (int k = 1; k <= cases[c].count; k++)
+			at += snprintf(text + at, sizeof(text) - (size_t)at, "%sf32[262144]",
+			               k > 1 ? ", " : "");
+		at += snprintf(text + at, sizeof(text) - (size_t)at, ") tuple(");
+		for (int k = 1; k <= cases[c].count; k++)
+			at += snprintf(text + at, sizeof(text) - (size_t)at, "%srs%d",
+			               k > 1 ? ", " : "", k);
+		snprintf(text + at, sizeof(text) - (size_t)at, ")\n}\n");
+		struct memplan p;
+		forced_algorithm = cases[c].algorithm;
 		plan(text, "v3-32", &p);
-		assert_int_equal(p.receive_slots, count == 1 ? 3 : 4);
+		forced_algorithm = NULL;
+		assert_int_equal(p.receive_slots, cases[c].slots);
 		assert_int_equal(p.receive_slot_bytes, 1 * MiB);
 		assert_int_equal(p.receive_bytes, p.receive_slots * MiB);
 		assert_int_equal(p.receive_offset + p.receive_bytes, p.temp_bytes);
+		assert_int_equal(p.peak_scratch, cases[c].workspace);
 		assert_int_equal(p.peak_bytes,
 		                 p.argument_bytes + p.output_bytes + p.temp_bytes - p.alias_bytes);
 	}
@@ -432,14 +455,21 @@ static void test_plan_liveness(void **state)
 	assert_int_equal(p.temp_bytes, 32 * MiB);
 	/*
 	 * A ring reduce-scatter reserves, while it runs, the window's 4 chunks (here blocks of
-	 * 4 MiB) to stage the sends it overwrites; it combines straight into its output.
+	 * 4 MiB) to stage the sends it overwrites; it combines straight into its output. Within
+	 * one host it goes direct (each block straight to its owner, from the input): nothing.
 	 */
-	plan("HloModule rs\nENTRY main {\n"
-	     "  x = f32[8388608] parameter(0)\n"
-	     "  ROOT r = f32[1048576] reduce-scatter(x), dimensions={0}, to_apply=add\n}\n"
-	     "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
-	     "  ROOT s = f32[] add(a, b)\n}\n",
-	     "v3-8", &p);
+	static const char *rs =
+	    "HloModule rs\nENTRY main {\n"
+	    "  x = f32[8388608] parameter(0)\n"
+	    "  ROOT r = f32[1048576] reduce-scatter(x), dimensions={0}, to_apply=add\n}\n"
+	    "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+	    "  ROOT s = f32[] add(a, b)\n}\n";
+	plan(rs, "v3-8", &p);
+	assert_int_equal(p.peak_bytes, 32 * MiB + 4 * MiB);
+	assert_int_equal(p.peak_scratch, 0);
+	forced_algorithm = "ring";
+	plan(rs, "v3-8", &p);
+	forced_algorithm = NULL;
 	assert_int_equal(p.peak_bytes, 32 * MiB + 4 * MiB + 4 * 4 * MiB);
 	assert_int_equal(p.peak_scratch, 4 * 4 * MiB);
 }
