@@ -160,7 +160,8 @@ const char *lower_choose(enum opcode op, int n, int64_t bytes, struct group_shap
 		return layered ? "hierarchical" : "ring";
 	case OP_REDUCE_SCATTER:
 		/* As the direct all-reduce's first half, and for the same groups. */
-		if (one_host || (g.one_per_host && n <= LOWER_DIRECT_HOSTS))
+		if (one_host || (g.one_per_host && n <= LOWER_DIRECT_HOSTS &&
+		                 bytes <= LOWER_DIRECT_REDUCE_SCATTER_BYTES))
 			return "direct";
 		return torus && contiguous && n > LOWER_TORUS_MEMBERS && !one_host ? "torus"
 		                                                                   : "ring";
