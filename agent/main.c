@@ -321,7 +321,7 @@ static int start_host(struct agent_process *p, int i, const char *data_listen,
 	dp_set_token(m->dp, token);
 	advertise(m->data_url, bound, advertise_host);
 	if (rpc_server_start(&m->server, control, &podemu__agent__descriptor, agent_handlers,
-	                     &m->agent, 4, token, bound, st) != ST_OK) {
+	                     &m->agent, token, bound, st) != ST_OK) {
 		dp_stop(m->dp);
 		m->dp = NULL;
 		return st->code;

@@ -286,11 +286,11 @@ int main(int argc, char **argv)
 	struct rpc_server *server;
 	char bound[256];
 	/*
-	 * Workers enough that renewals are answered while many clients wait for the step lock;
-	 * a session whose renewals queue behind them would end while its client lives.
+	 * Each connection is served by its own thread: a client's renewals, on a connection of
+	 * their own, are answered while its steps wait for the step lock.
 	 */
 	if (rpc_server_start(&server, listen_url, &podemu__coordinator__descriptor,
-	                     coordinator_handlers, &co, 32, token, bound, &st) != ST_OK) {
+	                     coordinator_handlers, &co, token, bound, &st) != ST_OK) {
 
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 1;

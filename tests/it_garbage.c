@@ -1,6 +1,6 @@
 /*
  * Garbage, truncated and oversized frames sent to every listening socket of a coordinator and
- * an agent: raw TCP everywhere, well-formed nng messages to the control sockets, and chunk
+ * an agent: raw TCP everywhere, well-formed RPC frames to the control sockets, and chunk
  * headers with wrong magic, tokens, sizes, steps and cores to the data plane: the daemons keep
  * answering, their resident memory stays flat, and the pod still computes.
  */
@@ -14,8 +14,6 @@
 #include <sys/socket.h>
 
 #include <cmocka.h>
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "dataplane.h"
 #include "pod_fixture.h"
@@ -74,21 +72,15 @@ static int tcp_connect(const char *url)
 }
 
 /*
- * An SP req peer that announces a message over the limit and starts sending it: the
- * daemon must drop the connection after the 8-byte header instead of reading it all.
+ * A peer that announces a frame over the limit and starts sending it: the daemon must drop
+ * the connection after the 8-byte header instead of reading it all.
  */
 static void oversized_frame(const char *url)
 {
 	int fd = tcp_connect(url);
-	unsigned char hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0}, theirs[8];
-	assert_int_equal(send(fd, hello, 8, MSG_NOSIGNAL), 8);
-	assert_int_equal(recv(fd, theirs, 8, MSG_WAITALL), 8);
-	/* Over every socket's limit (the data plane's is one 64 MiB chunk and its header). */
-	uint64_t len = (uint64_t)RPC_MAX_MESSAGE_BYTES + 65536;
-	unsigned char header[8];
-	for (int i = 0; i < 8; i++)
-		header[i] = (unsigned char)(len >> (56 - 8 * i));
-	assert_int_equal(send(fd, header, 8, MSG_NOSIGNAL), 8);
+	uint8_t header[RPC_FRAME_HEADER_BYTES];
+	rpc_frame_encode(header, (uint32_t)RPC_MAX_MESSAGE_BYTES + 65536);
+	assert_int_equal(send(fd, header, sizeof(header), MSG_NOSIGNAL), (ssize_t)sizeof(header));
 	static unsigned char body[1 << 16];
 	for (int i = 0; i < 16; i++)
 		if (send(fd, body, sizeof(body), MSG_NOSIGNAL) <= 0)
@@ -166,7 +158,7 @@ static void dp_frames(const char *url, const char *token)
 	}
 }
 
-/* Raw TCP: bytes that are not even the SP handshake, and a header announcing 2^40 bytes. */
+/* Raw TCP: bytes that are not even a frame header, and headers cut short or announcing 4 GiB. */
 static void raw_tcp(const char *url)
 {
 	static unsigned char buf[8192];
@@ -176,12 +168,12 @@ static void raw_tcp(const char *url)
 			size_t n = 1 + next_random() % sizeof(buf);
 			fill_random(buf, n);
 			if (k % 3 == 0) {
-				/* A valid SP handshake for req, then a frame length of 2^40. */
-				unsigned char hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
-				unsigned char len[8] = {0, 0, 0, 1, 0, 0, 0, 0};
-				memcpy(buf, hello, 8);
-				memcpy(buf + 8, len, 8);
-				n = n < 16 ? 16 : n;
+				/* A frame's magic, then a length of 2^32 - 1. */
+				rpc_frame_encode(buf, UINT32_MAX);
+				n = n < RPC_FRAME_HEADER_BYTES ? RPC_FRAME_HEADER_BYTES : n;
+			} else if (k % 3 == 1) {
+				rpc_frame_encode(buf, 1u << 20);
+				n = 5; /* half a header, then silence */
 			}
 			ssize_t ignored = send(fd, buf, n, MSG_NOSIGNAL);
 			(void)ignored;
@@ -190,32 +182,36 @@ static void raw_tcp(const char *url)
 	}
 }
 
-/* Sends one message on a req socket and waits briefly for whatever answer comes. */
-static void req_send(nng_socket s, const void *data, size_t len)
+/*
+ * Sends one frame of data on fd and reads whatever answer comes (a frame is always answered);
+ * false when the connection ended.
+ */
+static bool frame_send(int fd, const void *data, size_t len)
 {
-	if (nng_send(s, (void *)data, len, 0) != 0)
-		return;
-	void *reply;
-	size_t n;
-	if (nng_recv(s, &reply, &n, NNG_FLAG_ALLOC) == 0)
-		nng_free(reply, n);
+	uint8_t header[RPC_FRAME_HEADER_BYTES];
+	rpc_frame_encode(header, (uint32_t)len);
+	if (send(fd, header, sizeof(header), MSG_NOSIGNAL) != (ssize_t)sizeof(header) ||
+	    (len > 0 && send(fd, data, len, MSG_NOSIGNAL) != (ssize_t)len))
+		return false;
+	if (recv(fd, header, sizeof(header), MSG_WAITALL) != (ssize_t)sizeof(header))
+		return false;
+	int64_t n = rpc_frame_decode(header);
+	assert_true(n >= 0 && n < 65536);
+	static unsigned char reply[65536];
+	return recv(fd, reply, (size_t)n, MSG_WAITALL) == (ssize_t)n;
 }
 
-/* Well-formed nng messages with garbage, truncated and oversized contents. */
-static void sp_frames(const char *url, const char *token)
+/* Well-formed frames with garbage, truncated and empty envelopes, all on one connection. */
+static void rpc_frames(const char *url, const char *token)
 {
-	nng_socket s;
-	assert_int_equal(nng_req0_open(&s), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 300);
-	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 1000);
-	assert_int_equal(nng_dial(s, url, NULL, 0), 0);
+	int fd = tcp_connect(url);
 	static unsigned char buf[1 << 16];
 	for (int k = 0; k < 8; k++) {
 		size_t n = next_random() % sizeof(buf);
 		fill_random(buf, n);
-		req_send(s, buf, n);
+		assert_true(frame_send(fd, buf, n));
 	}
-	req_send(s, buf, 0);
+	assert_true(frame_send(fd, buf, 0));
 	/* Envelopes with the pod's token and every method index, with garbage and truncated
 	 * payloads. */
 	for (unsigned method = 0; method < 16; method++) {
@@ -228,10 +224,10 @@ static void sp_frames(const char *url, const char *token)
 		env.payload.data = payload;
 		env.payload.len = sizeof(payload);
 		size_t n = podemu__rpc_request__pack(&env, buf);
-		req_send(s, buf, n);
-		req_send(s, buf, n / 2);
+		assert_true(frame_send(fd, buf, n));
+		assert_true(frame_send(fd, buf, n / 2));
 	}
-	nng_close(s);
+	close(fd);
 }
 
 static char *read_token(void)
@@ -284,7 +280,7 @@ static void test_garbage_everywhere(void **state)
 			raw_tcp(targets[t]);
 			if (t < 2) {
 				oversized_frame(targets[t]);
-				sp_frames(targets[t], token);
+				rpc_frames(targets[t], token);
 			} else {
 				dp_frames(targets[t], token);
 			}

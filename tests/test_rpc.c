@@ -1,15 +1,22 @@
-/* The RPC layer over real nng sockets: success, remote errors, bad frames, deadlines. */
+/*
+ * The RPC layer over real nng streams: success, remote errors, bad envelopes and frames,
+ * deadlines, concurrent calls, peers that restart.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
 #include <cmocka.h>
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "podemu.pb-c.h"
 #include "rpc.h"
@@ -45,7 +52,7 @@ static int setup(void **state)
 	static struct fixture f;
 	struct status st;
 	if (rpc_server_start(&f.server, "tcp://127.0.0.1:0", &podemu__coordinator__descriptor,
-	                     handlers, NULL, 4, "pod-secret", f.url, &st) != ST_OK)
+	                     handlers, NULL, "pod-secret", f.url, &st) != ST_OK)
 		return -1;
 	if (rpc_client_open(&f.client, f.url, false, &st) != ST_OK)
 		return -1;
@@ -108,24 +115,48 @@ static void test_unimplemented_method(void **state)
 	arena_free(a);
 }
 
-/* Sends raw bytes to the server and decodes the envelope that comes back. */
-static int raw_call(struct fixture *f, const void *bytes, size_t len, char *message, size_t mlen)
+/* A plain TCP connection to the fixture's server. */
+static int raw_connect(struct fixture *f)
 {
-	nng_socket s;
-	nng_req0_open(&s);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
-	assert_int_equal(nng_dial(s, f->url, NULL, 0), 0);
-	assert_int_equal(nng_send(s, (void *)bytes, len, 0), 0);
-	char *buf;
-	size_t got;
-	assert_int_equal(nng_recv(s, &buf, &got, NNG_FLAG_ALLOC), 0);
-	Podemu__RpcResponse *resp = podemu__rpc_response__unpack(NULL, got, (uint8_t *)buf);
+	const char *colon = strrchr(f->url, ':');
+	struct sockaddr_in addr = {.sin_family = AF_INET,
+	                           .sin_port = htons((uint16_t)atoi(colon + 1))};
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	struct timeval tv = {5, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	return fd;
+}
+
+/* Reads one reply frame from fd and decodes its envelope: its code and message. */
+static int raw_reply(int fd, char *message, size_t mlen)
+{
+	uint8_t header[RPC_FRAME_HEADER_BYTES];
+	assert_int_equal(recv(fd, header, sizeof(header), MSG_WAITALL), (ssize_t)sizeof(header));
+	int64_t len = rpc_frame_decode(header);
+	assert_true(len >= 0 && len < 65536);
+	uint8_t buf[65536];
+	assert_int_equal(recv(fd, buf, (size_t)len, MSG_WAITALL), (ssize_t)len);
+	Podemu__RpcResponse *resp = podemu__rpc_response__unpack(NULL, (size_t)len, buf);
 	assert_non_null(resp);
 	int code = resp->code;
 	snprintf(message, mlen, "%s", resp->message);
 	podemu__rpc_response__free_unpacked(resp, NULL);
-	nng_free(buf, got);
-	nng_close(s);
+	return code;
+}
+
+/* Sends bytes to the server as one frame and decodes the envelope that comes back. */
+static int raw_call(struct fixture *f, const void *bytes, size_t len, char *message, size_t mlen)
+{
+	int fd = raw_connect(f);
+	uint8_t header[RPC_FRAME_HEADER_BYTES];
+	rpc_frame_encode(header, (uint32_t)len);
+	assert_int_equal(send(fd, header, sizeof(header), MSG_NOSIGNAL), (ssize_t)sizeof(header));
+	assert_int_equal(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
+	int code = raw_reply(fd, message, mlen);
+	close(fd);
 	return code;
 }
 
@@ -173,13 +204,181 @@ static void test_deadline_and_unreachable(void **state)
 	struct rpc_server *tmp;
 	char url[256];
 	assert_int_equal(rpc_server_start(&tmp, "tcp://127.0.0.1:0",
-	                                  &podemu__coordinator__descriptor, handlers, NULL, 1, NULL,
+	                                  &podemu__coordinator__descriptor, handlers, NULL, NULL,
 	                                  url, &st),
 	                 ST_OK);
 	rpc_server_stop(tmp);
 	struct rpc_client *c;
 	assert_int_equal(rpc_client_open(&c, url, false, &st), ST_UNAVAILABLE);
 	assert_non_null(strstr(st.message, "cannot connect"));
+}
+
+/* Frames that break the framing end their connection; the server serves the next one. */
+static void test_bad_frames_close_the_connection(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t buf[64];
+	/* Not a frame's magic. */
+	int fd = raw_connect(f);
+	memcpy(buf, "GET / HTTP/1.0\r\n\r\n", 18);
+	assert_int_equal(send(fd, buf, 18, MSG_NOSIGNAL), 18);
+	assert_true(recv(fd, buf, sizeof(buf), 0) <= 0);
+	close(fd);
+	/* A frame announcing more than the limit: refused after its header. */
+	fd = raw_connect(f);
+	rpc_frame_encode(buf, RPC_MAX_MESSAGE_BYTES + 1u);
+	assert_int_equal(send(fd, buf, RPC_FRAME_HEADER_BYTES, MSG_NOSIGNAL),
+	                 RPC_FRAME_HEADER_BYTES);
+	assert_true(recv(fd, buf, sizeof(buf), 0) <= 0);
+	close(fd);
+	/* Two frames in one write are answered in order on the same connection. */
+	fd = raw_connect(f);
+	const char garbage[] = "\xff\xff\xff";
+	uint8_t two[2 * (RPC_FRAME_HEADER_BYTES + sizeof(garbage))];
+	for (int k = 0; k < 2; k++) {
+		uint8_t *p = two + k * (RPC_FRAME_HEADER_BYTES + sizeof(garbage));
+		rpc_frame_encode(p, sizeof(garbage));
+		memcpy(p + RPC_FRAME_HEADER_BYTES, garbage, sizeof(garbage));
+	}
+	assert_int_equal(send(fd, two, sizeof(two), MSG_NOSIGNAL), (ssize_t)sizeof(two));
+	char msg[512];
+	assert_int_equal(raw_reply(fd, msg, sizeof(msg)), ST_INVALID_ARGUMENT);
+	assert_int_equal(raw_reply(fd, msg, sizeof(msg)), ST_INVALID_ARGUMENT);
+	close(fd);
+
+	bool known;
+	struct status st;
+	assert_int_equal(heartbeat(f, 2, 42, 5000, &known, &st), ST_OK);
+}
+
+struct slow_call {
+	struct fixture *f;
+	int rv;
+	int timeout_ms;
+};
+
+static void *slow_call_main(void *arg)
+{
+	struct slow_call *sc = arg;
+	bool known;
+	struct status st;
+	sc->rv = heartbeat(sc->f, 99, 42, sc->timeout_ms, &known, &st);
+	return NULL;
+}
+
+/* A slow call holds only its own connection: calls beside it are answered meanwhile. */
+static void test_concurrent_calls(void **state)
+{
+	struct fixture *f = *state;
+	struct slow_call sc = {f, -1, 5000};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, slow_call_main, &sc), 0);
+	usleep(100 * 1000);
+	bool known;
+	struct status st;
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(heartbeat(f, 1, 42, 300, &known, &st), ST_OK);
+	pthread_join(t, NULL);
+	assert_int_equal(sc.rv, ST_OK);
+}
+
+static void fire_done(void *arg)
+{
+	*(int *)arg += 1;
+}
+
+/* A call driven by nng's threads: done runs once; a cancel ends it with its reason. */
+static void test_async_done_and_cancel(void **state)
+{
+	struct fixture *f = *state;
+	struct arena *a = arena_new();
+	Podemu__HostLease lease = PODEMU__HOST_LEASE__INIT;
+	lease.host_index = 1;
+	lease.incarnation = 42;
+	Podemu__HostLease *leases[] = {&lease};
+	Podemu__HeartbeatRequest req = PODEMU__HEARTBEAT_REQUEST__INIT;
+	req.hosts = leases;
+	req.n_hosts = 1;
+	struct status st;
+	int fired = 0;
+	struct rpc_async *x = rpc_start(f->client, &podemu__coordinator__descriptor, CM_HEARTBEAT,
+	                                &req, a, 5000, NULL, fire_done, &fired, &st);
+	assert_non_null(x);
+	void *reply;
+	assert_int_equal(rpc_wait(x, a, &reply, &st), ST_OK);
+	assert_int_equal(fired, 1);
+	assert_true(((Podemu__HeartbeatReply *)reply)->known);
+
+	lease.host_index = 99; /* answers after 600 ms */
+	struct rpc_cancel cancel;
+	rpc_cancel_init(&cancel);
+	x = rpc_start(f->client, &podemu__coordinator__descriptor, CM_HEARTBEAT, &req, a, 5000,
+	              &cancel, fire_done, &fired, &st);
+	assert_non_null(x);
+	usleep(50 * 1000);
+	rpc_cancel_fire(&cancel, "host 99 is lost");
+	assert_int_equal(rpc_wait(x, a, &reply, &st), ST_UNAVAILABLE);
+	assert_string_equal(st.message, "host 99 is lost");
+	assert_int_equal(fired, 2);
+	/* A cancel that fired before the call started: the call does not start. */
+	assert_null(rpc_start(f->client, &podemu__coordinator__descriptor, CM_HEARTBEAT, &req, a,
+	                      5000, &cancel, fire_done, &fired, &st));
+	assert_int_equal(st.code, ST_UNAVAILABLE);
+	rpc_cancel_destroy(&cancel);
+	arena_free(a);
+}
+
+struct late_server {
+	char url[256];
+	struct rpc_server *server;
+};
+
+static void *late_server_main(void *arg)
+{
+	struct late_server *ls = arg;
+	usleep(300 * 1000);
+	struct status st;
+	assert_int_equal(rpc_server_start(&ls->server, ls->url, &podemu__coordinator__descriptor,
+	                                  handlers, NULL, "pod-secret", NULL, &st),
+	                 ST_OK);
+	return NULL;
+}
+
+/*
+ * A waiting client's call reaches a server that starts after it; a client whose server
+ * restarts reaches the new one with its next call.
+ */
+static void test_server_late_and_restarted(void **state)
+{
+	struct fixture *f = *state;
+	struct status st;
+	struct late_server ls;
+	assert_int_equal(rpc_server_start(&ls.server, "tcp://127.0.0.1:0",
+	                                  &podemu__coordinator__descriptor, handlers, NULL, NULL,
+	                                  ls.url, &st),
+	                 ST_OK);
+	rpc_server_stop(ls.server);
+	struct fixture g = *f;
+	assert_int_equal(rpc_client_open(&g.client, ls.url, true, &st), ST_OK);
+	rpc_client_set_token(g.client, "pod-secret");
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, late_server_main, &ls), 0);
+	bool known = false;
+	assert_int_equal(heartbeat(&g, 1, 42, 5000, &known, &st), ST_OK);
+	assert_true(known);
+	pthread_join(t, NULL);
+	/* The server restarts; the client's idle connection to the old one is dead. */
+	rpc_server_stop(ls.server);
+	assert_int_equal(rpc_server_start(&ls.server, ls.url, &podemu__coordinator__descriptor,
+	                                  handlers, NULL, "pod-secret", NULL, &st),
+	                 ST_OK);
+	assert_int_equal(heartbeat(&g, 1, 42, 5000, &known, &st), ST_OK);
+	rpc_client_close(g.client);
+	rpc_server_stop(ls.server);
+	/* Nothing listens now: a waiting client's call ends at its deadline. */
+	assert_int_equal(rpc_client_open(&g.client, ls.url, true, &st), ST_OK);
+	assert_int_equal(heartbeat(&g, 1, 42, 200, &known, &st), ST_DEADLINE_EXCEEDED);
+	rpc_client_close(g.client);
 }
 
 int main(void)
@@ -189,6 +388,10 @@ int main(void)
 	    cmocka_unit_test(test_unimplemented_method),
 	    cmocka_unit_test(test_malformed_frames_get_errors_and_server_keeps_serving),
 	    cmocka_unit_test(test_deadline_and_unreachable),
+	    cmocka_unit_test(test_bad_frames_close_the_connection),
+	    cmocka_unit_test(test_concurrent_calls),
+	    cmocka_unit_test(test_async_done_and_cancel),
+	    cmocka_unit_test(test_server_late_and_restarted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
