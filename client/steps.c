@@ -323,7 +323,7 @@ static int send_async(pe_client *c, struct async_step **out)
 	req.sequence = s->sequence;
 	struct status st;
 	s->x = rpc_start(c->rpc, &podemu__coordinator__descriptor, CM_EXECUTE_STEP, &req, s->a,
-	                 STEP_TIMEOUT_MS, NULL, NULL, NULL, &st);
+	                 STEP_TIMEOUT_MS, NULL, &st);
 	if (s->x == NULL) {
 		arena_free(s->a);
 		free(s->colls);

@@ -123,19 +123,19 @@ void rpc_cancel_destroy(struct rpc_cancel *c);
 void rpc_cancel_fire(struct rpc_cancel *c, const char *reason);
 
 /*
- * A call in flight without a thread of its own: rpc_start sends the request and returns.
- * With done (not NULL) the reply is read on nng's threads and done(arg) runs there once it
- * (or a failure) is in; it must not block; then rpc_finish, from any thread but done's, decodes
- * the reply into a as rpc_call does and frees the call. Without done, the reply is read by
- * rpc_wait, which waits for the call to be over, then finishes it (with done, rpc_wait only
- * waits). rpc_start returns NULL with st set when the call cannot start (done never runs then);
- * it may block while the request is written.
+ * A call in flight without a thread of its own: rpc_start sends the request and returns (it
+ * may block while the request is written; a waiting client with no connection yet leaves its
+ * dials to nng's threads). rpc_poll reads the reply on the calling thread for up to wait_ms
+ * (< 0: until it is in; 0: only what is in already, without waiting) and says whether the call
+ * is over; then rpc_finish decodes the reply into a as rpc_call does and frees the call.
+ * rpc_wait polls until the call is over, then finishes it. rpc_start returns NULL with st set
+ * when the call cannot start.
  */
 struct rpc_async;
 struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
                             unsigned method, const void *request, struct arena *a, int timeout_ms,
-                            struct rpc_cancel *cancel, void (*done)(void *arg), void *arg,
-                            struct status *st);
+                            struct rpc_cancel *cancel, struct status *st);
+bool rpc_poll(struct rpc_async *x, int wait_ms);
 int rpc_finish(struct rpc_async *x, struct arena *a, void **reply, struct status *st);
 int rpc_wait(struct rpc_async *x, struct arena *a, void **reply, struct status *st);
 

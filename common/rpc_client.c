@@ -1,8 +1,9 @@
 /*
  * The calling half of the RPC layer. A call is a small state machine (dial, pause between
- * dials, send, receive) over one nng aio at a time: either the calling thread waits on each
- * step (no thread hand-off beyond the one nng's poller makes) or, for calls with a completion
- * callback, nng's threads drive it.
+ * dials, send, receive) over one nng aio at a time, which the calling thread waits on (no
+ * thread hand-off beyond the one nng's poller makes; none when the bytes are in already). Only
+ * a call that must first wait for its peer to listen has its dials driven by nng's threads, so
+ * that starting it does not block.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <nng/nng.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "clock.h"
 #include "log.h"
 #include "podemu.pb-c.h"
 #include "rpc.h"
@@ -169,7 +171,7 @@ struct rpc_async {
 	nng_time deadline;
 	struct rpc_cancel *cancel;
 	nng_aio *sync_aio; /* waited on by the calling thread */
-	nng_aio *cb_aio;   /* with done: nng's threads drive the call through it */
+	nng_aio *cb_aio;   /* nng's threads dial through it, for a waiting client */
 	nng_aio *aio;      /* the one in use */
 	enum call_stage stage;
 	nng_stream *stream; /* the call's connection (closed, not freed, when it failed) */
@@ -181,12 +183,11 @@ struct rpc_async {
 	size_t resp_cap, got, want; /* want: 0 until the header is in */
 	int rv;                     /* nng's error once over, or 0 */
 	bool malformed;             /* the reply broke the framing */
-	void (*done)(void *arg);
-	void *arg;
-	/* Set once a call driven by nng's threads is over. */
+	/* Clear while nng's threads dial for the call; set once it has sent its request, or is
+	 * over. */
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
-	bool over;
+	bool handed_back;
 };
 
 static void call_fail(struct rpc_async *x, int rv)
@@ -215,8 +216,11 @@ static void call_broken(struct rpc_async *x, int rv)
 	x->stage = CALL_DIAL;
 }
 
-/* Starts the current stage's operation on x->aio; false (x->rv set) when it cannot start. */
-static bool call_issue(struct rpc_async *x)
+/*
+ * Starts the current stage's operation on x->aio, for at most bound_ms when that is positive;
+ * false (x->rv set) when it cannot start.
+ */
+static bool call_issue(struct rpc_async *x, nng_duration bound_ms)
 {
 	nng_duration t = NNG_DURATION_INFINITE;
 	if (x->timeout_ms >= 0) {
@@ -227,6 +231,8 @@ static bool call_issue(struct rpc_async *x)
 		}
 		t = (nng_duration)(x->deadline - now);
 	}
+	if (bound_ms > 0 && (t == NNG_DURATION_INFINITE || bound_ms < t))
+		t = bound_ms;
 	nng_aio_set_timeout(x->aio, t);
 	if (x->cancel != NULL) {
 		/* Under the lock, so that a cancel either sees this operation or came first. */
@@ -343,41 +349,95 @@ static void call_advance(struct rpc_async *x)
 	}
 }
 
-/* Drives the call on this thread until it reaches stage until, or is over. */
-static void call_run(struct rpc_async *x, enum call_stage until)
-{
-	x->aio = x->sync_aio;
-	while (x->stage != CALL_OVER && x->stage != until) {
-		if (!call_issue(x)) {
-			call_fail(x, x->rv);
-			break;
-		}
-		nng_aio_wait(x->aio);
-		call_advance(x);
-	}
-}
-
-static void call_over(struct rpc_async *x)
-{
-	if (x->done != NULL)
-		x->done(x->arg);
-	pthread_mutex_lock(&x->lock);
-	x->over = true;
-	pthread_cond_signal(&x->cv);
-	pthread_mutex_unlock(&x->lock);
-}
-
-/* cb_aio's callback: nng's threads drive the call. */
+/* cb_aio's callback: nng's threads dial (and send) until the caller can take over. */
 static void call_cb(void *arg)
 {
 	struct rpc_async *x = arg;
 	call_advance(x);
-	if (x->stage != CALL_OVER) {
-		if (call_issue(x))
+	if (x->stage != CALL_OVER && x->stage != CALL_RECV) {
+		if (call_issue(x, 0))
 			return;
 		call_fail(x, x->rv);
 	}
-	call_over(x);
+	pthread_mutex_lock(&x->lock);
+	x->handed_back = true;
+	pthread_cond_signal(&x->cv);
+	pthread_mutex_unlock(&x->lock);
+}
+
+/*
+ * A waiting client's call that must dial leaves the dials (and pauses between them) to nng's
+ * threads: the caller neither blocks on a peer that is not up yet nor bounds a dial by its own
+ * wait, which nng 1.5 does not survive when a dial is cancelled and issued again at once.
+ */
+static void call_dial_apart(struct rpc_async *x)
+{
+	if (x->cb_aio == NULL && nng_aio_alloc(&x->cb_aio, call_cb, x) != 0) {
+		call_fail(x, NNG_ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&x->lock);
+	x->handed_back = false;
+	pthread_mutex_unlock(&x->lock);
+	x->aio = x->cb_aio;
+	if (call_issue(x, 0))
+		return; /* nng's threads own it until handed_back */
+	call_fail(x, x->rv);
+	x->handed_back = true;
+}
+
+/*
+ * The operation just waited for ended by the caller's own bound, not by the call's deadline or
+ * its cancel, with nothing transferred: the call stays where it was.
+ */
+static bool call_held(struct rpc_async *x)
+{
+	int rv = nng_aio_result(x->aio);
+	if ((rv != NNG_ETIMEDOUT && rv != NNG_ECANCELED) || nng_aio_count(x->aio) != 0)
+		return false;
+	if (x->timeout_ms >= 0 && nng_clock() >= x->deadline)
+		return false;
+	if (x->cancel == NULL)
+		return true;
+	pthread_mutex_lock(&x->cancel->lock);
+	bool fired = x->cancel->fired;
+	pthread_mutex_unlock(&x->cancel->lock);
+	return !fired;
+}
+
+/*
+ * Drives the call on this thread until it reaches stage until, or is over, or (wait_ms >= 0)
+ * wait_ms have passed while it sends or receives; true unless that bound stopped it (or a
+ * waiting client's dial went to nng's threads). With wait_ms 0 a send or receive is tried once
+ * at once: a reply already in is read without any wait. Dials are never bounded so.
+ */
+static bool call_run(struct rpc_async *x, enum call_stage until, int wait_ms)
+{
+	nng_time by = wait_ms > 0 ? nng_clock() + (nng_time)wait_ms : 0;
+	x->aio = x->sync_aio;
+	while (x->stage != CALL_OVER && x->stage != until) {
+		if (x->stage == CALL_DIAL && x->c->wait) {
+			call_dial_apart(x);
+			return true;
+		}
+		bool bounded = wait_ms >= 0 && (x->stage == CALL_SEND || x->stage == CALL_RECV);
+		nng_duration bound = 0;
+		if (bounded) {
+			nng_time now = nng_clock();
+			bound = by > now ? (nng_duration)(by - now) : 0;
+		}
+		if (!call_issue(x, bound)) {
+			call_fail(x, x->rv);
+			break;
+		}
+		if (bounded && bound == 0)
+			nng_aio_cancel(x->aio); /* what the operation did at once stands */
+		nng_aio_wait(x->aio);
+		if (bounded && call_held(x))
+			return false;
+		call_advance(x);
+	}
+	return true;
 }
 
 static void call_free(struct rpc_async *x)
@@ -464,8 +524,7 @@ static uint8_t *request_frame(struct rpc_client *c, const ProtobufCMethodDescrip
 
 struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescriptor *svc,
                             unsigned method, const void *request, struct arena *a, int timeout_ms,
-                            struct rpc_cancel *cancel, void (*done)(void *arg), void *arg,
-                            struct status *st)
+                            struct rpc_cancel *cancel, struct status *st)
 {
 	if (method >= svc->n_methods) {
 		status_set(st, ST_INTERNAL, "%s has no method %u", svc->name, method);
@@ -480,9 +539,7 @@ struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescript
 	                        .m = &svc->methods[method],
 	                        .timeout_ms = timeout_ms,
 	                        .deadline = nng_clock() + (timeout_ms > 0 ? timeout_ms : 0),
-	                        .cancel = cancel,
-	                        .done = done,
-	                        .arg = arg};
+	                        .cancel = cancel};
 	pthread_mutex_init(&x->lock, NULL);
 	pthread_cond_init(&x->cv, NULL);
 	x->req = request_frame(c, x->m, method, request, &x->req_len, st);
@@ -492,27 +549,21 @@ struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescript
 	}
 	x->resp = malloc(CALL_BUFFER_BYTES);
 	x->resp_cap = CALL_BUFFER_BYTES;
-	if (x->resp == NULL || nng_aio_alloc(&x->sync_aio, NULL, NULL) != 0 ||
-	    (done != NULL && nng_aio_alloc(&x->cb_aio, call_cb, x) != 0)) {
+	x->reused = pool_take(c, &x->stream);
+	x->stage = x->reused ? CALL_SEND : CALL_DIAL;
+	x->handed_back = true;
+	if (x->resp == NULL || nng_aio_alloc(&x->sync_aio, NULL, NULL) != 0) {
 		call_free(x);
 		status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 		return NULL;
 	}
-	x->reused = pool_take(c, &x->stream);
-	x->stage = x->reused ? CALL_SEND : CALL_DIAL;
 	/*
 	 * The request goes out on this thread, which costs no hand-off when the socket takes it at
-	 * once; only a call that must wait for its peer to listen is left to nng's threads from
-	 * the start.
+	 * once; a waiting client's dials are left to nng's threads (call_dial_apart).
 	 */
-	if (done == NULL || x->reused || !c->wait)
-		call_run(x, CALL_RECV);
-	if (x->stage != CALL_OVER && done != NULL) {
-		x->aio = x->cb_aio;
-		if (call_issue(x))
-			return x; /* nng's threads own it now: not to be looked at here */
-		call_fail(x, x->rv);
-	}
+	call_run(x, CALL_RECV, -1);
+	if (!x->handed_back)
+		return x;
 	if (x->stage == CALL_OVER) {
 		void *unused;
 		call_status(x, a, &unused, st);
@@ -529,16 +580,34 @@ int rpc_finish(struct rpc_async *x, struct arena *a, void **reply, struct status
 	return rv;
 }
 
+/* Waits up to wait_ms (< 0: as long as it takes) for nng's threads to hand the call back. */
+static bool call_handed_back(struct rpc_async *x, int wait_ms)
+{
+	struct timespec by = clock_deadline_ms(wait_ms > 0 ? wait_ms : 0);
+	pthread_mutex_lock(&x->lock);
+	while (!x->handed_back && wait_ms != 0)
+		if (wait_ms < 0)
+			pthread_cond_wait(&x->cv, &x->lock);
+		else if (pthread_cond_timedwait(&x->cv, &x->lock, &by) != 0)
+			break;
+	bool back = x->handed_back;
+	pthread_mutex_unlock(&x->lock);
+	return back;
+}
+
+bool rpc_poll(struct rpc_async *x, int wait_ms)
+{
+	/* A reply that comes back on a connection that broke is asked for again on a new one. */
+	while (x->stage != CALL_OVER) {
+		if (!call_handed_back(x, wait_ms) || !call_run(x, CALL_OVER, wait_ms))
+			return false;
+	}
+	return true;
+}
+
 int rpc_wait(struct rpc_async *x, struct arena *a, void **reply, struct status *st)
 {
-	if (x->cb_aio == NULL) {
-		call_run(x, CALL_OVER);
-	} else {
-		pthread_mutex_lock(&x->lock);
-		while (!x->over)
-			pthread_cond_wait(&x->cv, &x->lock);
-		pthread_mutex_unlock(&x->lock);
-	}
+	rpc_poll(x, -1);
 	return rpc_finish(x, a, reply, st);
 }
 
@@ -552,7 +621,6 @@ int rpc_call_cancellable(struct rpc_client *c, const ProtobufCServiceDescriptor 
                          unsigned method, const void *request, struct arena *a, void **reply,
                          int timeout_ms, struct rpc_cancel *cancel, struct status *st)
 {
-	struct rpc_async *x =
-	    rpc_start(c, svc, method, request, a, timeout_ms, cancel, NULL, NULL, st);
+	struct rpc_async *x = rpc_start(c, svc, method, request, a, timeout_ms, cancel, st);
 	return x != NULL ? rpc_wait(x, a, reply, st) : st->code;
 }

@@ -293,27 +293,6 @@ static bool watch_tick(struct step_watch *w)
 	return true;
 }
 
-/* The calls of one fan-out: each finishes on an nng thread and wakes the waiting caller. */
-struct fan_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cv;
-};
-
-struct fan_call {
-	struct fan_wait *fw;
-	struct rpc_async *x;
-	bool done, finished; /* done: its reply is in (nng's thread); finished: taken */
-};
-
-static void fan_done(void *arg)
-{
-	struct fan_call *fc = arg;
-	pthread_mutex_lock(&fc->fw->lock);
-	fc->done = true;
-	pthread_cond_signal(&fc->fw->cv);
-	pthread_mutex_unlock(&fc->fw->lock);
-}
-
 #define WATCH_TICK_MS 100
 
 /* fan_call for a step's phases, watching the hosts while it runs. */
@@ -324,7 +303,7 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 {
 	int n = co->reg.topo.num_hosts;
 	struct rpc_cancel *cancels = arena_calloc(a, (size_t)n, sizeof(*cancels));
-	struct fan_call *calls = arena_calloc(a, (size_t)n, sizeof(*calls));
+	struct rpc_async **calls = arena_calloc(a, (size_t)n, sizeof(*calls));
 	if (cancels == NULL || calls == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int h = 0; h < n; h++)
@@ -341,9 +320,6 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 	if (w.answered == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	pthread_mutex_init(&w.lock, NULL);
-	struct fan_wait fw;
-	pthread_mutex_init(&fw.lock, NULL);
-	pthread_cond_init(&fw.cv, NULL);
 	bool running = method == AM_EXECUTE_STEP;
 	bool failure_handled = false;
 	int pending = 0;
@@ -351,52 +327,45 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 		status_clear(&sts[h]);
 		if (requests[h] == NULL)
 			continue;
-		calls[h].fw = &fw;
-		calls[h].x = rpc_start(clients[h], &podemu__agent__descriptor, method, requests[h],
-		                       a, timeout_ms, &cancels[h], fan_done, &calls[h], &sts[h]);
-		if (calls[h].x == NULL)
+		calls[h] = rpc_start(clients[h], &podemu__agent__descriptor, method, requests[h], a,
+		                     timeout_ms, &cancels[h], &sts[h]);
+		if (calls[h] == NULL)
 			watch_answered(&w, h, &sts[h], running);
 		else
 			pending++;
 	}
-	/* Take the replies as they come; look at the step every WATCH_TICK_MS meanwhile. */
+	/*
+	 * The replies are read on this thread, each host's in turn (a step's hosts answer within
+	 * moments of each other, and a reply that is in already costs no wait); every
+	 * WATCH_TICK_MS, the replies in so far are taken from every host and the step looked at.
+	 */
 	bool watching = true;
 	long long next_tick = clock_now_us() + WATCH_TICK_MS * 1000LL;
-	pthread_mutex_lock(&fw.lock);
+	int first = 0;
 	while (pending > 0) {
-		int ready = -1;
-		for (int h = 0; h < n && ready < 0; h++)
-			if (calls[h].done && !calls[h].finished)
-				ready = h;
-		if (ready >= 0) {
-			calls[ready].finished = true;
+		while (calls[first] == NULL)
+			first++;
+		long long left_us = next_tick - clock_now_us();
+		bool in = rpc_poll(calls[first], left_us > 0 ? (int)((left_us + 999) / 1000) : 0);
+		for (int h = first; h < n; h++) {
+			bool over =
+			    h == first ? in : !in && calls[h] != NULL && rpc_poll(calls[h], 0);
+			if (!over)
+				continue;
+			rpc_finish(calls[h], a, &replies[h], &sts[h]);
+			calls[h] = NULL;
 			pending--;
-			pthread_mutex_unlock(&fw.lock);
-			rpc_finish(calls[ready].x, a, &replies[ready], &sts[ready]);
-			watch_answered(&w, ready, &sts[ready], running);
-			if (watching && w.timed_out >= 0)
-				watching = !watch_tick(&w);
-			if (watching && w.failed >= 0 && !failure_handled) {
-				failure_handled = true;
-				watch_failed(&w, &sts[w.failed]);
-			}
-			pthread_mutex_lock(&fw.lock);
-			continue;
+			watch_answered(&w, h, &sts[h], running);
 		}
-		if (clock_now_us() >= next_tick) {
-			pthread_mutex_unlock(&fw.lock);
-			if (watching)
-				watching = !watch_tick(&w);
+		if (watching && w.failed >= 0 && !failure_handled) {
+			failure_handled = true;
+			watch_failed(&w, &sts[w.failed]);
+		}
+		if (watching && (clock_now_us() >= next_tick || w.timed_out >= 0)) {
+			watching = !watch_tick(&w);
 			next_tick = clock_now_us() + WATCH_TICK_MS * 1000LL;
-			pthread_mutex_lock(&fw.lock);
-			continue;
 		}
-		struct timespec ts = clock_deadline_ms(WATCH_TICK_MS);
-		pthread_cond_timedwait(&fw.cv, &fw.lock, &ts);
 	}
-	pthread_mutex_unlock(&fw.lock);
-	pthread_cond_destroy(&fw.cv);
-	pthread_mutex_destroy(&fw.lock);
 	pthread_mutex_destroy(&w.lock);
 	for (int h = 0; h < n; h++)
 		rpc_cancel_destroy(&cancels[h]);

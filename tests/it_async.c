@@ -258,7 +258,7 @@ static void test_steps_run_in_their_order(void **state)
 	s1.req.sequence = 1;
 	s2.req.sequence = 2;
 	struct rpc_async *x = rpc_start(rc, &podemu__coordinator__descriptor, CM_EXECUTE_STEP,
-	                                &s2.req, a2, 10000, NULL, NULL, NULL, &st);
+	                                &s2.req, a2, 10000, NULL, &st);
 	assert_non_null(x);
 	/* Long enough for step 2 to be at the coordinator first (it would fail, run first). */
 	struct timespec pause = {0, 200 * 1000000};

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -282,49 +283,69 @@ static void test_concurrent_calls(void **state)
 	assert_int_equal(sc.rv, ST_OK);
 }
 
-static void fire_done(void *arg)
+/* A heartbeat for host (99: answered after 600 ms) started on c. */
+static struct rpc_async *start_heartbeat(struct rpc_client *c, int host, struct arena *a,
+                                         struct rpc_cancel *cancel, struct status *st)
 {
-	*(int *)arg += 1;
-}
-
-/* A call driven by nng's threads: done runs once; a cancel ends it with its reason. */
-static void test_async_done_and_cancel(void **state)
-{
-	struct fixture *f = *state;
-	struct arena *a = arena_new();
 	Podemu__HostLease lease = PODEMU__HOST_LEASE__INIT;
-	lease.host_index = 1;
+	lease.host_index = host;
 	lease.incarnation = 42;
 	Podemu__HostLease *leases[] = {&lease};
 	Podemu__HeartbeatRequest req = PODEMU__HEARTBEAT_REQUEST__INIT;
 	req.hosts = leases;
 	req.n_hosts = 1;
+	return rpc_start(c, &podemu__coordinator__descriptor, CM_HEARTBEAT, &req, a, 5000, cancel,
+	                 st);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* rpc_poll waits no longer than it is told; a reply in already is taken without waiting. */
+static void test_poll_and_cancel(void **state)
+{
+	struct fixture *f = *state;
+	struct arena *a = arena_new();
 	struct status st;
-	int fired = 0;
-	struct rpc_async *x = rpc_start(f->client, &podemu__coordinator__descriptor, CM_HEARTBEAT,
-	                                &req, a, 5000, NULL, fire_done, &fired, &st);
-	assert_non_null(x);
 	void *reply;
-	assert_int_equal(rpc_wait(x, a, &reply, &st), ST_OK);
-	assert_int_equal(fired, 1);
+	struct rpc_async *x = start_heartbeat(f->client, 99, a, NULL, &st);
+	assert_non_null(x);
+	assert_false(rpc_poll(x, 0));
+	double t0 = now_ms();
+	assert_false(rpc_poll(x, 100));
+	double waited = now_ms() - t0;
+	assert_true(waited >= 90 && waited < 500);
+	assert_true(rpc_poll(x, -1));
+	assert_int_equal(rpc_finish(x, a, &reply, &st), ST_OK);
 	assert_true(((Podemu__HeartbeatReply *)reply)->known);
 
-	lease.host_index = 99; /* answers after 600 ms */
+	x = start_heartbeat(f->client, 1, a, NULL, &st);
+	assert_non_null(x);
+	usleep(100 * 1000);
+	assert_true(rpc_poll(x, 0));
+	assert_int_equal(rpc_finish(x, a, &reply, &st), ST_OK);
+
+	/* A cancel ends a call between two polls, with its reason. */
 	struct rpc_cancel cancel;
 	rpc_cancel_init(&cancel);
-	x = rpc_start(f->client, &podemu__coordinator__descriptor, CM_HEARTBEAT, &req, a, 5000,
-	              &cancel, fire_done, &fired, &st);
+	x = start_heartbeat(f->client, 99, a, &cancel, &st);
 	assert_non_null(x);
-	usleep(50 * 1000);
+	assert_false(rpc_poll(x, 50));
 	rpc_cancel_fire(&cancel, "host 99 is lost");
-	assert_int_equal(rpc_wait(x, a, &reply, &st), ST_UNAVAILABLE);
+	assert_true(rpc_poll(x, 0));
+	assert_int_equal(rpc_finish(x, a, &reply, &st), ST_UNAVAILABLE);
 	assert_string_equal(st.message, "host 99 is lost");
-	assert_int_equal(fired, 2);
 	/* A cancel that fired before the call started: the call does not start. */
-	assert_null(rpc_start(f->client, &podemu__coordinator__descriptor, CM_HEARTBEAT, &req, a,
-	                      5000, &cancel, fire_done, &fired, &st));
+	assert_null(start_heartbeat(f->client, 1, a, &cancel, &st));
 	assert_int_equal(st.code, ST_UNAVAILABLE);
 	rpc_cancel_destroy(&cancel);
+	/* The cancelled call took its connection down with it; the next call is answered. */
+	bool known;
+	assert_int_equal(heartbeat(f, 1, 42, 5000, &known, &st), ST_OK);
 	arena_free(a);
 }
 
@@ -363,10 +384,17 @@ static void test_server_late_and_restarted(void **state)
 	rpc_client_set_token(g.client, "pod-secret");
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, late_server_main, &ls), 0);
-	bool known = false;
-	assert_int_equal(heartbeat(&g, 1, 42, 5000, &known, &st), ST_OK);
-	assert_true(known);
+	/* Its dials go on while the caller does not wait. */
+	struct arena *a = arena_new();
+	struct rpc_async *x = start_heartbeat(g.client, 1, a, NULL, &st);
+	assert_non_null(x);
+	assert_false(rpc_poll(x, 0));
+	void *reply;
+	assert_int_equal(rpc_wait(x, a, &reply, &st), ST_OK);
+	assert_true(((Podemu__HeartbeatReply *)reply)->known);
+	arena_free(a);
 	pthread_join(t, NULL);
+	bool known = false;
 	/* The server restarts; the client's idle connection to the old one is dead. */
 	rpc_server_stop(ls.server);
 	assert_int_equal(rpc_server_start(&ls.server, ls.url, &podemu__coordinator__descriptor,
@@ -390,7 +418,7 @@ int main(void)
 	    cmocka_unit_test(test_deadline_and_unreachable),
 	    cmocka_unit_test(test_bad_frames_close_the_connection),
 	    cmocka_unit_test(test_concurrent_calls),
-	    cmocka_unit_test(test_async_done_and_cancel),
+	    cmocka_unit_test(test_poll_and_cancel),
 	    cmocka_unit_test(test_server_late_and_restarted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
