@@ -407,9 +407,9 @@ static bool call_held(struct rpc_async *x)
 
 /*
  * Drives the call on this thread until it reaches stage until, or is over, or (wait_ms >= 0)
- * wait_ms have passed while it sends or receives; true unless that bound stopped it (or a
- * waiting client's dial went to nng's threads). With wait_ms 0 a send or receive is tried once
- * at once: a reply already in is read without any wait. Dials are never bounded so.
+ * wait_ms have passed while it sends or receives: false then. A waiting client's dial goes to
+ * nng's threads (call_dial_apart; true, the call not over). With wait_ms 0 a send or receive
+ * is tried once at once: a reply already in is read without any wait. Dials are never bounded.
  */
 static bool call_run(struct rpc_async *x, enum call_stage until, int wait_ms)
 {

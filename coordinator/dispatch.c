@@ -361,8 +361,10 @@ int fan_call_watched(struct coordinator *co, struct rpc_client **clients, unsign
 			failure_handled = true;
 			watch_failed(&w, &sts[w.failed]);
 		}
-		if (watching && (clock_now_us() >= next_tick || w.timed_out >= 0)) {
-			watching = !watch_tick(&w);
+		/* Ticks go on once the watch is over: they pace the waits for the last replies. */
+		if (clock_now_us() >= next_tick || (watching && w.timed_out >= 0)) {
+			if (watching)
+				watching = !watch_tick(&w);
 			next_tick = clock_now_us() + WATCH_TICK_MS * 1000LL;
 		}
 	}
