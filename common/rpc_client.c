@@ -34,6 +34,7 @@ struct rpc_client {
 	char token[TOKEN_MAX + 1];
 	nng_stream_dialer *dialer;
 	bool wait;
+	bool tls; /* receives run on nng's threads: a cancelled TLS receive loses its bytes */
 	pthread_mutex_t lock;
 	nng_stream *idle[CLIENT_IDLE_MAX];
 	int num_idle;
@@ -80,6 +81,7 @@ int rpc_client_open(struct rpc_client **out, const char *url, bool wait, struct 
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	snprintf(c->url, sizeof(c->url), "%s", url);
 	c->wait = wait;
+	c->tls = strncmp(url, "tls+", 4) == 0;
 	if (tls_stream_dialer_create(&c->dialer, url, st) != ST_OK) {
 		free(c);
 		return st->code;
@@ -349,12 +351,12 @@ static void call_advance(struct rpc_async *x)
 	}
 }
 
-/* cb_aio's callback: nng's threads dial (and send) until the caller can take over. */
+/* cb_aio's callback: nng's threads drive the call until the caller can take over. */
 static void call_cb(void *arg)
 {
 	struct rpc_async *x = arg;
 	call_advance(x);
-	if (x->stage != CALL_OVER && x->stage != CALL_RECV) {
+	if (x->stage != CALL_OVER && (x->stage != CALL_RECV || x->c->tls)) {
 		if (call_issue(x, 0))
 			return;
 		call_fail(x, x->rv);
@@ -366,11 +368,13 @@ static void call_cb(void *arg)
 }
 
 /*
- * A waiting client's call that must dial leaves the dials (and pauses between them) to nng's
- * threads: the caller neither blocks on a peer that is not up yet nor bounds a dial by its own
- * wait, which nng 1.5 does not survive when a dial is cancelled and issued again at once.
+ * Leaves the call to nng's threads, until it has sent its request (a waiting client's call
+ * that must dial) or is over (a TLS client's receive). The caller then neither blocks on a
+ * peer that is not up yet nor bounds an operation by its own wait by cancelling it: nng 1.5
+ * panics when a dial is cancelled and issued again at once, and its TLS stream keeps the bytes
+ * of a cancelled receive from the next one.
  */
-static void call_dial_apart(struct rpc_async *x)
+static void call_apart(struct rpc_async *x)
 {
 	if (x->cb_aio == NULL && nng_aio_alloc(&x->cb_aio, call_cb, x) != 0) {
 		call_fail(x, NNG_ENOMEM);
@@ -407,17 +411,18 @@ static bool call_held(struct rpc_async *x)
 
 /*
  * Drives the call on this thread until it reaches stage until, or is over, or (wait_ms >= 0)
- * wait_ms have passed while it sends or receives: false then. A waiting client's dial goes to
- * nng's threads (call_dial_apart; true, the call not over). With wait_ms 0 a send or receive
- * is tried once at once: a reply already in is read without any wait. Dials are never bounded.
+ * wait_ms have passed while it sends or receives: false then. A waiting client's dial and a
+ * TLS client's receive go to nng's threads (call_apart; true, the call not over). With
+ * wait_ms 0 a send or receive is tried once at once: a reply already in is read without any
+ * wait. Dials are never bounded.
  */
 static bool call_run(struct rpc_async *x, enum call_stage until, int wait_ms)
 {
 	nng_time by = wait_ms > 0 ? nng_clock() + (nng_time)wait_ms : 0;
 	x->aio = x->sync_aio;
 	while (x->stage != CALL_OVER && x->stage != until) {
-		if (x->stage == CALL_DIAL && x->c->wait) {
-			call_dial_apart(x);
+		if ((x->stage == CALL_DIAL && x->c->wait) || (x->stage == CALL_RECV && x->c->tls)) {
+			call_apart(x);
 			return true;
 		}
 		bool bounded = wait_ms >= 0 && (x->stage == CALL_SEND || x->stage == CALL_RECV);
@@ -559,7 +564,7 @@ struct rpc_async *rpc_start(struct rpc_client *c, const ProtobufCServiceDescript
 	}
 	/*
 	 * The request goes out on this thread, which costs no hand-off when the socket takes it at
-	 * once; a waiting client's dials are left to nng's threads (call_dial_apart).
+	 * once; a waiting client's dials are left to nng's threads (call_apart).
 	 */
 	call_run(x, CALL_RECV, -1);
 	if (!x->handed_back)
@@ -597,12 +602,15 @@ static bool call_handed_back(struct rpc_async *x, int wait_ms)
 
 bool rpc_poll(struct rpc_async *x, int wait_ms)
 {
-	/* A reply that comes back on a connection that broke is asked for again on a new one. */
-	while (x->stage != CALL_OVER) {
-		if (!call_handed_back(x, wait_ms) || !call_run(x, CALL_OVER, wait_ms))
+	/* Again after call_run left the call to nng's threads (x is not to be looked at then). */
+	for (;;) {
+		if (!call_handed_back(x, wait_ms))
+			return false;
+		if (x->stage == CALL_OVER)
+			return true;
+		if (!call_run(x, CALL_OVER, wait_ms))
 			return false;
 	}
-	return true;
 }
 
 int rpc_wait(struct rpc_async *x, struct arena *a, void **reply, struct status *st)

@@ -54,6 +54,10 @@ for h in s["hosts"]:
 pe demo --elements 1024 --json | python3 -c '
 import json, sys
 assert [c["sum"] for c in json.load(sys.stdin)["cores"]] == [4096] * 4' || fail "demo over TLS"
+# Steps that outlast the coordinator's 100 ms look at the hosts: their replies still arrive.
+timeout 60 "$bin/podemu" demo --state-dir "$state" --elements 8000000 --json | python3 -c '
+import json, sys
+assert [c["sum"] for c in json.load(sys.stdin)["cores"]] == [32000000] * 4' || fail "long steps over TLS"
 
 # No certificate, a certificate of another CA, plain TCP: refused.
 if env -u PODEMU_TLS_CERT "$bin/podemu" status --state-dir "$state" >"$state/out" 2>&1; then
