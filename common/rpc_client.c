@@ -173,7 +173,7 @@ struct rpc_async {
 	nng_time deadline;
 	struct rpc_cancel *cancel;
 	nng_aio *sync_aio; /* waited on by the calling thread */
-	nng_aio *cb_aio;   /* nng's threads dial through it, for a waiting client */
+	nng_aio *cb_aio;   /* nng's threads drive the call through it (call_apart) */
 	nng_aio *aio;      /* the one in use */
 	enum call_stage stage;
 	nng_stream *stream; /* the call's connection (closed, not freed, when it failed) */
@@ -185,8 +185,7 @@ struct rpc_async {
 	size_t resp_cap, got, want; /* want: 0 until the header is in */
 	int rv;                     /* nng's error once over, or 0 */
 	bool malformed;             /* the reply broke the framing */
-	/* Clear while nng's threads dial for the call; set once it has sent its request, or is
-	 * over. */
+	/* Clear while nng's threads drive the call (call_apart). */
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
 	bool handed_back;

@@ -221,6 +221,16 @@ static int64_t conn_read_frame(struct rpc_conn *c)
 	return len;
 }
 
+/* Frees a connection and closes its stream. */
+static void conn_free(struct rpc_conn *c)
+{
+	nng_stream_free(c->stream);
+	if (c->aio != NULL)
+		nng_aio_free(c->aio);
+	free(c->buf);
+	free(c);
+}
+
 static void conn_close(struct rpc_conn *c)
 {
 	struct rpc_server *s = c->server;
@@ -232,10 +242,7 @@ static void conn_close(struct rpc_conn *c)
 	if (c->next != NULL)
 		c->next->prev = c->prev;
 	pthread_mutex_unlock(&s->lock);
-	nng_stream_free(c->stream);
-	nng_aio_free(c->aio);
-	free(c->buf);
-	free(c);
+	conn_free(c);
 	pthread_mutex_lock(&s->lock);
 	if (--s->threads == 0)
 		pthread_cond_broadcast(&s->idle);
@@ -278,20 +285,20 @@ static void *conn_main(void *arg)
 static void conn_start(struct rpc_server *s, nng_stream *stream)
 {
 	struct rpc_conn *c = calloc(1, sizeof(*c));
-	if (c != NULL)
-		c->buf = malloc(CONN_BUFFER_BYTES);
-	if (c == NULL || c->buf == NULL || nng_aio_alloc(&c->aio, NULL, NULL) != 0) {
-		if (c != NULL)
-			free(c->buf);
-		free(c);
+	if (c == NULL) {
 		nng_stream_free(stream);
+		return;
+	}
+	c->server = s;
+	c->stream = stream;
+	c->buf = malloc(CONN_BUFFER_BYTES);
+	c->cap = CONN_BUFFER_BYTES;
+	if (c->buf == NULL || nng_aio_alloc(&c->aio, NULL, NULL) != 0) {
+		conn_free(c);
 		return;
 	}
 	/* Replies are single small writes that must not wait for Nagle's timer. */
 	nng_stream_set_bool(stream, NNG_OPT_TCP_NODELAY, true);
-	c->server = s;
-	c->stream = stream;
-	c->cap = CONN_BUFFER_BYTES;
 	pthread_mutex_lock(&s->lock);
 	bool refuse = s->stopping || s->threads >= RPC_MAX_CONNECTIONS;
 	pthread_t t;
@@ -312,12 +319,8 @@ static void conn_start(struct rpc_server *s, nng_stream *stream)
 	}
 	pthread_attr_destroy(&attr);
 	pthread_mutex_unlock(&s->lock);
-	if (refuse) {
-		nng_stream_free(stream);
-		nng_aio_free(c->aio);
-		free(c->buf);
-		free(c);
-	}
+	if (refuse)
+		conn_free(c);
 }
 
 static void accept_cb(void *arg)

@@ -4,9 +4,7 @@
  * headers with wrong magic, tokens, sizes, steps and cores to the data plane: the daemons keep
  * answering, their resident memory stays flat, and the pod still computes.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +16,7 @@
 #include "dataplane.h"
 #include "pod_fixture.h"
 #include "podemu.pb-c.h"
+#include "raw_frames.h"
 #include "rpc.h"
 #include "services.h"
 
@@ -55,29 +54,13 @@ static int64_t rss_bytes(pid_t pid)
 	return kb * 1024;
 }
 
-static int tcp_connect(const char *url)
-{
-	const char *colon = strrchr(url, ':');
-	assert_non_null(colon);
-	struct sockaddr_in addr = {.sin_family = AF_INET,
-	                           .sin_port = htons((uint16_t)atoi(colon + 1))};
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(fd >= 0);
-	struct timeval tv = {2, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	return fd;
-}
-
 /*
  * A peer that announces a frame over the limit and starts sending it: the daemon must drop
  * the connection after the 8-byte header instead of reading it all.
  */
 static void oversized_frame(const char *url)
 {
-	int fd = tcp_connect(url);
+	int fd = raw_tcp_connect(url, 2);
 	uint8_t header[RPC_FRAME_HEADER_BYTES];
 	rpc_frame_encode(header, (uint32_t)RPC_MAX_MESSAGE_BYTES + 65536);
 	assert_int_equal(send(fd, header, sizeof(header), MSG_NOSIGNAL), (ssize_t)sizeof(header));
@@ -124,7 +107,7 @@ static void dp_frames(const char *url, const char *token)
 {
 	static unsigned char payload[1 << 16];
 	for (int k = 0; k < 10; k++) {
-		int fd = tcp_connect(url);
+		int fd = raw_tcp_connect(url, 2);
 		struct dp_header h;
 		fill_random((unsigned char *)&h, sizeof(h));
 		if (k > 0)
@@ -163,7 +146,7 @@ static void raw_tcp(const char *url)
 {
 	static unsigned char buf[8192];
 	for (int k = 0; k < 12; k++) {
-		int fd = tcp_connect(url);
+		int fd = raw_tcp_connect(url, 2);
 		{
 			size_t n = 1 + next_random() % sizeof(buf);
 			fill_random(buf, n);
@@ -188,23 +171,14 @@ static void raw_tcp(const char *url)
  */
 static bool frame_send(int fd, const void *data, size_t len)
 {
-	uint8_t header[RPC_FRAME_HEADER_BYTES];
-	rpc_frame_encode(header, (uint32_t)len);
-	if (send(fd, header, sizeof(header), MSG_NOSIGNAL) != (ssize_t)sizeof(header) ||
-	    (len > 0 && send(fd, data, len, MSG_NOSIGNAL) != (ssize_t)len))
-		return false;
-	if (recv(fd, header, sizeof(header), MSG_WAITALL) != (ssize_t)sizeof(header))
-		return false;
-	int64_t n = rpc_frame_decode(header);
-	assert_true(n >= 0 && n < 65536);
 	static unsigned char reply[65536];
-	return recv(fd, reply, (size_t)n, MSG_WAITALL) == (ssize_t)n;
+	return raw_frame_send(fd, data, len) && raw_frame_recv(fd, reply, sizeof(reply)) >= 0;
 }
 
 /* Well-formed frames with garbage, truncated and empty envelopes, all on one connection. */
 static void rpc_frames(const char *url, const char *token)
 {
-	int fd = tcp_connect(url);
+	int fd = raw_tcp_connect(url, 2);
 	static unsigned char buf[1 << 16];
 	for (int k = 0; k < 8; k++) {
 		size_t n = next_random() % sizeof(buf);

@@ -12,14 +12,13 @@
 #include <unistd.h>
 #include <time.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
 #include <cmocka.h>
 
 #include "podemu.pb-c.h"
+#include "raw_frames.h"
 #include "rpc.h"
 #include "services.h"
 
@@ -119,27 +118,15 @@ static void test_unimplemented_method(void **state)
 /* A plain TCP connection to the fixture's server. */
 static int raw_connect(struct fixture *f)
 {
-	const char *colon = strrchr(f->url, ':');
-	struct sockaddr_in addr = {.sin_family = AF_INET,
-	                           .sin_port = htons((uint16_t)atoi(colon + 1))};
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(fd >= 0);
-	struct timeval tv = {5, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-	return fd;
+	return raw_tcp_connect(f->url, 5);
 }
 
 /* Reads one reply frame from fd and decodes its envelope: its code and message. */
 static int raw_reply(int fd, char *message, size_t mlen)
 {
-	uint8_t header[RPC_FRAME_HEADER_BYTES];
-	assert_int_equal(recv(fd, header, sizeof(header), MSG_WAITALL), (ssize_t)sizeof(header));
-	int64_t len = rpc_frame_decode(header);
-	assert_true(len >= 0 && len < 65536);
-	uint8_t buf[65536];
-	assert_int_equal(recv(fd, buf, (size_t)len, MSG_WAITALL), (ssize_t)len);
+	static uint8_t buf[65536];
+	int64_t len = raw_frame_recv(fd, buf, sizeof(buf));
+	assert_true(len >= 0);
 	Podemu__RpcResponse *resp = podemu__rpc_response__unpack(NULL, (size_t)len, buf);
 	assert_non_null(resp);
 	int code = resp->code;
@@ -152,10 +139,7 @@ static int raw_reply(int fd, char *message, size_t mlen)
 static int raw_call(struct fixture *f, const void *bytes, size_t len, char *message, size_t mlen)
 {
 	int fd = raw_connect(f);
-	uint8_t header[RPC_FRAME_HEADER_BYTES];
-	rpc_frame_encode(header, (uint32_t)len);
-	assert_int_equal(send(fd, header, sizeof(header), MSG_NOSIGNAL), (ssize_t)sizeof(header));
-	assert_int_equal(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
+	assert_true(raw_frame_send(fd, bytes, len));
 	int code = raw_reply(fd, message, mlen);
 	close(fd);
 	return code;
