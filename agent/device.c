@@ -9,7 +9,7 @@
 #include "clock.h"
 
 int device_init(struct device *dev, int host_index, int num_hosts, int cores_per_host,
-                int64_t bytes_limit, bool backed, struct status *st)
+                int64_t bytes_limit, bool backed, int64_t retain, struct status *st)
 {
 	memset(dev, 0, sizeof(*dev));
 	pthread_mutex_init(&dev->lock, NULL);
@@ -39,6 +39,7 @@ int device_init(struct device *dev, int host_index, int num_hosts, int cores_per
 			device_destroy(dev);
 			return rv;
 		}
+		hbm_set_retain(&c->heap, retain);
 	}
 	for (int i = 0; i < cores_per_host; i++) {
 		struct core *c = &dev->cores[i];

@@ -117,11 +117,12 @@ void core_wake(struct core *c);
 void device_wake_cores(struct device *dev);
 
 /*
- * Creates the host's cores, each with a heap of bytes_limit usable bytes, and starts their
- * executor threads. dp may be NULL until the data plane is up (set dev->dp later).
+ * Creates the host's cores, each with a heap of bytes_limit usable bytes that keeps up to
+ * retain bytes of freed pages (hbm_set_retain), and starts their executor threads. dp may be
+ * NULL until the data plane is up (set dev->dp later).
  */
 int device_init(struct device *dev, int host_index, int num_hosts, int cores_per_host,
-                int64_t bytes_limit, bool backed, struct status *st);
+                int64_t bytes_limit, bool backed, int64_t retain, struct status *st);
 /* Stops the executor threads and frees every heap and buffer. */
 void device_destroy(struct device *dev);
 

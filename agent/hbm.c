@@ -35,6 +35,12 @@ static int node_room(struct hbm *h)
 	if (h->free_node != 0 || h->num_nodes < h->cap_nodes)
 		return 0;
 	int cap = h->cap_nodes ? h->cap_nodes * 2 : 64;
+	if (h->keep != NULL) {
+		struct hbm_keep *k = realloc(h->keep, (size_t)cap * sizeof(*k));
+		if (k == NULL)
+			return -1;
+		h->keep = k;
+	}
 	struct hbm_node *n = realloc(h->nodes, (size_t)cap * sizeof(*n));
 	if (n == NULL)
 		return -1;
@@ -62,6 +68,8 @@ static int node_link(struct hbm *h, int i, int64_t a, int64_t b, bool gap, int p
 	int next = prev != 0 ? node(h, prev)->next : h->first;
 	*node(h, i) = (struct hbm_node){
 	    .a = a, .b = b, .prev = prev, .next = next, .prio = h->seed, .gap = gap};
+	if (h->keep != NULL)
+		h->keep[i - 1] = (struct hbm_keep){0, 0};
 	if (next != 0)
 		node(h, next)->prev = i;
 	if (prev != 0)
@@ -288,64 +296,6 @@ static int64_t largest_gap(const struct hbm *h)
 	return g != 0 ? node(h, g)->b - node(h, g)->a : 0;
 }
 
-/* Makes segment i (a buffer) free, merged with the gaps that touch it; returns that gap. */
-static int segment_free(struct hbm *h, int i)
-{
-	struct hbm_node *n = node(h, i);
-	int below = n->prev != 0 && node(h, n->prev)->gap ? n->prev : 0;
-	int above = n->next != 0 && node(h, n->next)->gap ? n->next : 0;
-	if (below == 0 && above == 0) {
-		n->gap = true;
-		gap_add(h, i);
-		bins_start(h);
-		return i;
-	}
-	int64_t b = above ? node(h, above)->b : n->b;
-	if (below != 0 && above != 0) { /* the three become below */
-		gap_remove(h, above);
-		node_unlink(h, above);
-	}
-	int gap = below != 0 ? below : above;
-	gap_resize(h, gap, below != 0 ? node(h, below)->a : n->a, b);
-	node_unlink(h, i);
-	return gap;
-}
-
-/* ---- The heap ---- */
-
-int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st)
-{
-	memset(h, 0, sizeof(*h));
-	h->capacity = capacity / HBM_ALIGNMENT * HBM_ALIGNMENT;
-	h->stats.bytes_limit = h->capacity;
-	h->seed = 0x9e3779b9u;
-	if (node_room(h) != 0)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	if (h->capacity > 0)
-		gap_add(h, node_new(h, 0, h->capacity, true, 0));
-	if (backed) {
-		void *p = mmap(NULL, (size_t)h->capacity, PROT_READ | PROT_WRITE,
-		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (p == MAP_FAILED) {
-			hbm_destroy(h);
-			return status_set(st, ST_RESOURCE_EXHAUSTED,
-			                  "cannot map %lld bytes of host memory for a heap",
-			                  (long long)capacity);
-		}
-		h->base = p;
-	}
-	return ST_OK;
-}
-
-void hbm_destroy(struct hbm *h)
-{
-	if (h->base != NULL)
-		munmap(h->base, (size_t)h->capacity);
-	free(h->nodes);
-	free(h->bins);
-	memset(h, 0, sizeof(*h));
-}
-
 /*
  * madvise in pieces: each call holds the process's memory map lock for its whole range, and a
  * long one (hundreds of MiB) would stall every other thread that maps memory or faults (the
@@ -366,6 +316,8 @@ static void advise(const struct hbm *h, int64_t from, int64_t to, int advice)
  */
 static void discard_pages(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, int64_t gap_b)
 {
+	if (b <= a)
+		return;
 	int64_t page = sysconf(_SC_PAGESIZE);
 	int64_t from = a / page * page, to = (b + page - 1) / page * page;
 	int64_t gap_from = (gap_a + page - 1) / page * page, gap_to = gap_b / page * page;
@@ -375,15 +327,160 @@ static void discard_pages(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, in
 		advise(h, from, to, MADV_DONTNEED);
 }
 
+/* ---- Freed pages kept: each gap's hull of the pages it may still have committed ---- */
+
+/* Gap g's hull: empty (0, 0) without backing. */
+static struct hbm_keep hull(const struct hbm *h, int g)
+{
+	return h->keep != NULL ? h->keep[g - 1] : (struct hbm_keep){0, 0};
+}
+
+/* Gap g's hull becomes [lo, hi) within the gap (empty: 0, 0); retained follows. */
+static void hull_set(struct hbm *h, int g, int64_t lo, int64_t hi)
+{
+	if (h->keep == NULL)
+		return;
+	const struct hbm_node *n = node(h, g);
+	struct hbm_keep *k = &h->keep[g - 1];
+	h->retained -= k->b - k->a;
+	lo = lo > n->a ? lo : n->a;
+	hi = hi < n->b ? hi : n->b;
+	if (hi <= lo)
+		lo = hi = 0;
+	*k = (struct hbm_keep){lo, hi};
+	h->retained += hi - lo;
+}
+
+/* After gap g shrank: its hull keeps what the gap still spans. */
+static void hull_clip(struct hbm *h, int g)
+{
+	hull_set(h, g, hull(h, g).a, hull(h, g).b);
+}
+
+/* Freed bytes [lo, hi) join gap g's hull. */
+static void hull_add(struct hbm *h, int g, int64_t lo, int64_t hi)
+{
+	struct hbm_keep k = hull(h, g);
+	if (k.b > k.a) {
+		lo = lo < k.a ? lo : k.a;
+		hi = hi > k.b ? hi : k.b;
+	}
+	hull_set(h, g, lo, hi);
+}
+
+/*
+ * A free made or grew gap g. Past the budget, g's kept pages beyond what still fits go back
+ * (the newest freed first): the bottom gap keeps its lowest bytes, which the next reservation
+ * takes first; another gap its highest, where the next buffer is placed.
+ */
+static void retain_or_return(struct hbm *h, int g)
+{
+	if (h->keep == NULL || h->retained <= h->retain_limit)
+		return;
+	const struct hbm_node *n = node(h, g);
+	int64_t lo = hull(h, g).a, hi = hull(h, g).b;
+	int64_t room = h->retain_limit - (h->retained - (hi - lo));
+	room = room > 0 ? (room < hi - lo ? room : hi - lo) : 0;
+	if (g == h->first) {
+		discard_pages(h, lo + room, hi, n->a, n->b);
+		hull_set(h, g, lo, lo + room);
+	} else {
+		discard_pages(h, lo, hi - room, n->a, n->b);
+		hull_set(h, g, hi - room, hi);
+	}
+	if (h->retained > h->retain_limit) /* the budget was lowered meanwhile */
+		hbm_return_free_pages(h);
+}
+
+/* Makes segment i (a buffer) free, merged with the gaps that touch it; returns that gap. */
+static int segment_free(struct hbm *h, int i)
+{
+	struct hbm_node *n = node(h, i);
+	int below = n->prev != 0 && node(h, n->prev)->gap ? n->prev : 0;
+	int above = n->next != 0 && node(h, n->next)->gap ? n->next : 0;
+	if (below == 0 && above == 0) {
+		n->gap = true;
+		gap_add(h, i);
+		hull_set(h, i, n->a, n->b);
+		bins_start(h);
+		return i;
+	}
+	int64_t b = above ? node(h, above)->b : n->b;
+	int64_t keep_a = n->a, keep_b = n->b; /* with above's hull */
+	if (above != 0 && hull(h, above).b > hull(h, above).a) {
+		keep_a = hull(h, above).a < keep_a ? hull(h, above).a : keep_a;
+		keep_b = hull(h, above).b;
+	}
+	if (below != 0 && above != 0) { /* the three become below */
+		hull_set(h, above, 0, 0);
+		gap_remove(h, above);
+		node_unlink(h, above);
+	}
+	int gap = below != 0 ? below : above;
+	gap_resize(h, gap, below != 0 ? node(h, below)->a : n->a, b);
+	hull_add(h, gap, keep_a, keep_b);
+	node_unlink(h, i);
+	return gap;
+}
+
+/* ---- The heap ---- */
+
+int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st)
+{
+	memset(h, 0, sizeof(*h));
+	h->capacity = capacity / HBM_ALIGNMENT * HBM_ALIGNMENT;
+	h->stats.bytes_limit = h->capacity;
+	h->retain_limit = HBM_RETAIN_BYTES;
+	h->seed = 0x9e3779b9u;
+	if (node_room(h) != 0)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	if (h->capacity > 0)
+		gap_add(h, node_new(h, 0, h->capacity, true, 0));
+	if (backed) {
+		void *p = mmap(NULL, (size_t)h->capacity, PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (p == MAP_FAILED) {
+			hbm_destroy(h);
+			return status_set(st, ST_RESOURCE_EXHAUSTED,
+			                  "cannot map %lld bytes of host memory for a heap",
+			                  (long long)capacity);
+		}
+		h->base = p;
+		h->keep = calloc((size_t)h->cap_nodes, sizeof(*h->keep));
+		if (h->keep == NULL) {
+			hbm_destroy(h);
+			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+		}
+	}
+	return ST_OK;
+}
+
+void hbm_destroy(struct hbm *h)
+{
+	if (h->base != NULL)
+		munmap(h->base, (size_t)h->capacity);
+	free(h->nodes);
+	free(h->keep);
+	free(h->bins);
+	memset(h, 0, sizeof(*h));
+}
+
+void hbm_set_retain(struct hbm *h, int64_t bytes)
+{
+	h->retain_limit = bytes > HBM_RETAIN_BYTES ? bytes : HBM_RETAIN_BYTES;
+}
+
 void hbm_return_free_pages(struct hbm *h)
 {
-	if (h->base == NULL)
+	if (h->keep == NULL)
 		return;
-	h->retained = 0;
-	for (int i = h->first; i != 0; i = node(h, i)->next)
-		if (node(h, i)->gap)
-			discard_pages(h, node(h, i)->a, node(h, i)->b, node(h, i)->a,
-			              node(h, i)->b);
+	for (int i = h->first; i != 0; i = node(h, i)->next) {
+		const struct hbm_node *n = node(h, i);
+		if (n->gap && hull(h, i).b > hull(h, i).a) {
+			discard_pages(h, hull(h, i).a, hull(h, i).b, n->a, n->b);
+			hull_set(h, i, 0, 0);
+		}
+	}
 }
 
 void hbm_commit(const struct hbm *h, int64_t offset, int64_t len)
@@ -398,24 +495,6 @@ void hbm_commit(const struct hbm *h, int64_t offset, int64_t len)
 #else
 	(void)h, (void)offset, (void)len;
 #endif
-}
-
-/*
- * [a, b) was freed and lies in the free gap [gap_a, gap_b). Its pages go back to the system at
- * once when it is large (those it shares with a neighbouring buffer stay); small ones are
- * counted, and once more than HBM_RETAIN_BYTES of them are, every free gap's pages go back.
- */
-static void hbm_discard(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, int64_t gap_b)
-{
-	if (h->base == NULL)
-		return;
-	if (b - a < HBM_RETAIN_BYTES) {
-		h->retained += b - a;
-		if (h->retained > HBM_RETAIN_BYTES)
-			hbm_return_free_pages(h);
-		return;
-	}
-	discard_pages(h, a, b, gap_a, gap_b);
 }
 
 static void hbm_note_usage(struct hbm *h)
@@ -445,15 +524,15 @@ int hbm_alloc(struct hbm *h, int64_t size, struct hbm_buffer *out, struct status
 		i = node_new(h, at, node(h, g)->b, false, g);
 	if (i != g) {
 		gap_resize(h, g, node(h, g)->a, at);
+		hull_clip(h, g);
 	} else {
+		hull_set(h, g, 0, 0);
 		gap_remove(h, g);
 		node(h, g)->gap = false;
 	}
 	h->num_blocks++;
 	h->used += need;
 	h->stats.num_allocs++;
-	/* A new buffer mostly lands on pages a freed one left committed. */
-	h->retained = h->retained > need ? h->retained - need : 0;
 	if (need > h->stats.largest_alloc_size)
 		h->stats.largest_alloc_size = need;
 	hbm_note_usage(h);
@@ -467,12 +546,9 @@ int hbm_free(struct hbm *h, struct hbm_buffer buf)
 	if (i <= 0 || i > h->num_nodes || node(h, i)->gap || node(h, i)->a != buf.offset ||
 	    buf.offset < 0)
 		return ST_NOT_FOUND;
-	int64_t size = node(h, i)->b - node(h, i)->a;
-	int64_t a = node(h, i)->a, b = node(h, i)->b;
 	h->num_blocks--;
-	int gap = segment_free(h, i);
-	h->used -= size;
-	hbm_discard(h, a, b, node(h, gap)->a, node(h, gap)->b);
+	h->used -= node(h, i)->b - node(h, i)->a;
+	retain_or_return(h, segment_free(h, i));
 	return ST_OK;
 }
 
@@ -516,7 +592,9 @@ int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
 	int g = h->first;
 	if (node(h, g)->b > need) {
 		gap_resize(h, g, need, node(h, g)->b);
+		hull_clip(h, g);
 	} else {
+		hull_set(h, g, 0, 0);
 		gap_remove(h, g);
 		node_unlink(h, g);
 	}
@@ -544,7 +622,8 @@ void hbm_release_reservation(struct hbm *h)
 		gap_add(h, g);
 	}
 	h->spare = 0;
-	hbm_discard(h, 0, was, 0, node(h, g)->b);
+	hull_add(h, g, 0, was);
+	retain_or_return(h, g);
 }
 
 void hbm_get_stats(const struct hbm *h, struct hbm_stats *out)

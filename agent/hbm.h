@@ -43,17 +43,24 @@ struct hbm_node {
 };
 
 /*
- * A freed buffer (or reservation) of this size or more gives its pages back to the system at
- * once, so that an agent's RSS follows its bytes in use step by step (a step's next use of the
- * memory commits it again up front: hbm_commit). Smaller frees keep their pages, up to this
- * much per heap, so that small steps following each other make no system call for them; the
- * agent returns those too once its cores are idle (device_return_idle_memory).
+ * Freed pages a heap keeps committed for the next step, at least. A page's first touch after it
+ * went back to the system is a page fault, and on a virtual machine that can cost several
+ * microseconds a page: more than moving its bytes. So freed bytes keep their pages up to the
+ * heap's budget (hbm_set_retain), the newest given back first; the lowest bytes of the bottom
+ * gap (the next reservation's) and the highest of the others (the next buffers') are kept. The
+ * agent returns them all once its cores are idle (device_return_idle_memory).
  */
 #define HBM_RETAIN_BYTES ((int64_t)1 << 20)
+/*
+ * What an agent process keeps so across all its heaps: its RSS stays within its bytes in use
+ * plus 64 MiB, which also hold the program, the data plane and the libraries.
+ */
+#define HBM_RETAIN_PROCESS_BYTES ((int64_t)24 << 20)
 
 struct hbm {
 	int64_t capacity;
-	int64_t retained; /* estimate of freed bytes whose pages are still committed */
+	int64_t retained;     /* the gaps' hulls: at least the freed bytes whose pages are kept */
+	int64_t retain_limit; /* what retained may reach (HBM_RETAIN_BYTES unless set) */
 
 	unsigned char *base; /* NULL under --backing none */
 	/*
@@ -62,6 +69,10 @@ struct hbm {
 	 * fit, and a buffer is named by its node (struct hbm_buffer).
 	 */
 	struct hbm_node *nodes;
+	/* With backing, beside each node: a gap's hull of the pages it may still have committed. */
+	struct hbm_keep {
+		int64_t a, b;
+	} * keep;
 	int num_nodes, cap_nodes;
 	int free_node; /* a free list through next */
 	int spare;     /* a node set aside for the reservation's release */
@@ -79,12 +90,14 @@ struct hbm {
 };
 
 /*
- * Sets up a heap of capacity bytes. With backed, the heap is one lazily committed mapping that
- * returns its pages to the system when more than HBM_RETAIN_BYTES have been freed. Returns
- * RESOURCE_EXHAUSTED when the mapping cannot be made.
+ * Sets up a heap of capacity bytes. With backed, the heap is one lazily committed mapping whose
+ * freed pages go back to the system past the retention budget. Returns RESOURCE_EXHAUSTED when
+ * the mapping cannot be made.
  */
 int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st);
 void hbm_destroy(struct hbm *h);
+/* The bytes of freed pages the heap may keep (at least HBM_RETAIN_BYTES); see above. */
+void hbm_set_retain(struct hbm *h, int64_t bytes);
 /* Gives the pages of every free gap back to the system now (they read as zero after). */
 void hbm_return_free_pages(struct hbm *h);
 

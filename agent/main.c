@@ -172,9 +172,13 @@ static void try_register(struct agent_host *m)
 	m->incarnation = r->incarnation;
 	m->registered = true;
 	if (!m->device_up) {
-		int rv2 = device_init(&m->agent.dev, r->host_index, r->num_hosts, r->cores_per_host,
-		                      r->hbm_bytes - r->reserved_bytes,
-		                      strcmp(p->backing, "host") == 0, &st);
+		/* The process's budget of kept freed pages, shared by all its heaps. */
+		int64_t heaps =
+		    (int64_t)p->num_hosts * (r->cores_per_host > 0 ? r->cores_per_host : 1);
+		int rv2 =
+		    device_init(&m->agent.dev, r->host_index, r->num_hosts, r->cores_per_host,
+		                r->hbm_bytes - r->reserved_bytes, strcmp(p->backing, "host") == 0,
+		                HBM_RETAIN_PROCESS_BYTES / heaps, &st);
 		if (rv2 != ST_OK) {
 			log_error("cannot create cores: %s", st.message);
 			event_base_loopbreak(p->base);

@@ -181,33 +181,52 @@ static void test_backing_holds_bytes(void **state)
 	assert_non_null(p);
 	memset(p, 0xab, (size_t)small);
 	assert_int_equal(p[small - 1], 0xab);
-	/* A small free keeps its pages for the next buffer of that size... */
+	/* A free within the budget keeps its pages for the next buffer... */
 	hbm_free(&h, a);
 	assert_int_equal(p[12345], 0xab);
-	/* ... until small frees pass the retention budget: then every free page goes back. */
-	enum { N = HBM_RETAIN_BYTES / (64 * 1024) + 1 };
-	struct hbm_buffer x[N];
-	for (int i = 0; i < N; i++) {
-		hbm_alloc(&h, small, &x[i], &st);
-		memset(hbm_ptr(&h, x[i].offset), 0xab, (size_t)small);
-	}
-	for (int i = 0; i < N - 1; i++) /* the budget exactly */
-		hbm_free(&h, x[i]);
-	assert_int_equal(p[12345], 0xab);
-	hbm_free(&h, x[N - 1]);
-	assert_int_equal(p[12345], 0);
-	/* A large one gives its pages back at once: they read as zero. */
-	hbm_alloc(&h, HBM_RETAIN_BYTES, &b, &st);
+	assert_int_equal(h.retained, small);
+	/* ... which takes them: nothing is kept then. */
+	hbm_alloc(&h, 4 * MiB, &b, &st);
 	unsigned char *q = hbm_ptr(&h, b.offset);
-	memset(q, 0xcd, (size_t)HBM_RETAIN_BYTES);
+	assert_ptr_equal(q + 4 * MiB - small, p);
+	assert_int_equal(h.retained, 0);
+	/* Past the budget, a free keeps the highest bytes that fit (the next buffer's place)... */
+	hbm_alloc(&h, 100, &c, &st); /* b's gap is not the bottom one */
+	memset(q, 0xcd, (size_t)(4 * MiB));
 	hbm_free(&h, b);
+	assert_int_equal(h.retained, HBM_RETAIN_BYTES);
+	assert_int_equal(q[4 * MiB - 1], 0xcd);
+	assert_int_equal(q[4 * MiB - HBM_RETAIN_BYTES], 0xcd);
+	assert_int_equal(q[4 * MiB - HBM_RETAIN_BYTES - 1], 0);
 	assert_int_equal(q[0], 0);
-	assert_int_equal(q[HBM_RETAIN_BYTES - 1], 0);
+	/* ... and the bottom gap its lowest (the next reservation's), in what is left. */
+	hbm_free(&h, c);
+	hbm_set_retain(&h, 2 * MiB);
+	assert_int_equal(hbm_reserve_bottom(&h, 4 * MiB, &st), ST_OK);
+	unsigned char *r = hbm_ptr(&h, 0);
+	memset(r, 0xee, (size_t)(4 * MiB));
+	hbm_release_reservation(&h);
+	assert_int_equal(h.retained, 2 * MiB);
+	assert_int_equal(r[0], 0xee);
+	assert_int_equal(r[4 * MiB - 1], 0);
+	/* The agent gives everything back once idle. */
+	hbm_return_free_pages(&h);
+	assert_int_equal(h.retained, 0);
+	assert_int_equal(r[0], 0);
+	assert_int_equal(q[4 * MiB - 1], 0);
+	hbm_set_retain(&h, 0); /* at least HBM_RETAIN_BYTES */
+	/* What does not fit goes back at once: it reads as zero. */
+	hbm_alloc(&h, 4 * MiB, &b, &st);
+	q = hbm_ptr(&h, b.offset);
+	memset(q, 0xcd, (size_t)(4 * MiB));
+	hbm_free(&h, b);
+	assert_int_equal(q[HBM_RETAIN_BYTES - 1], 0xcd);
+	assert_int_equal(q[4 * MiB - 1], 0);
 	/* But not the page it shares with a buffer still there (b's first, c's last bytes). */
 	hbm_alloc(&h, HBM_RETAIN_BYTES + 100, &b, &st);
 	hbm_alloc(&h, 100, &c, &st);
 	q = hbm_ptr(&h, b.offset);
-	unsigned char *r = hbm_ptr(&h, c.offset);
+	r = hbm_ptr(&h, c.offset);
 	memset(q, 0xcd, (size_t)HBM_RETAIN_BYTES + 100);
 	memset(r, 0xef, 100);
 	hbm_free(&h, b);
