@@ -208,8 +208,10 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 	}
 	/*
 	 * All iterations run back to back in one step, as nccl-tests loops on a stream: the cost
-	 * of dispatching a step to every agent is paid once, not per collective. Only the last
-	 * result is kept; the others are temporaries that share one region.
+	 * of dispatching a step to every agent is paid once, not per collective. An optimization
+	 * barrier after each keeps them apart, as nccl-tests runs one collective at a time: the
+	 * compiler would otherwise combine them into one collective of all their bytes. Only the
+	 * last result is kept; the others are temporaries that share one region.
 	 */
 	int total = o->warmup + o->iters;
 	pe_tensor *y = NULL;
@@ -218,6 +220,10 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 		for (int it = 0; it < total; it++) {
 			pe_release(y);
 			y = record(c, op, x, g, world);
+			if (y != NULL && pe_optimization_barrier(&y, 1) != PE_OK) {
+				pe_release(y);
+				y = NULL;
+			}
 		}
 		if (y == NULL || pe_mark_step(c) != PE_OK) {
 			fprintf(stderr, "podemu bench: %s of %lld bytes: %s\n", op_names[op],
