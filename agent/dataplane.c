@@ -458,7 +458,7 @@ static void accept_cb(void *arg)
 			c->refs = 1;
 			c->reading = true;
 			if (dp->plain_tcp)
-				c->r.fd = stream_socket(s);
+				c->r.fd = c->w.fd = stream_socket(s);
 			pthread_mutex_lock(&dp->lock);
 			bool stopping = dp->stopping;
 			if (!stopping) {

@@ -48,6 +48,7 @@ struct dp_writer {
 	nng_aio *aio;
 	struct dp_frame *head, *tail; /* head is being written */
 	int error;                    /* once the stream failed, later frames fail at once */
+	int fd; /* the stream's TCP socket, written straight while nothing queues; -1: not known */
 };
 
 struct dp_reader {
@@ -87,7 +88,10 @@ struct dp_peer;
 /* Streams and what runs on them (dp_stream.c). */
 /* Closes the stream; operations started after it complete at once with nothing moved. */
 void ds_close(struct dp_stream *ds);
-/* Queues a frame; it is written whole after those before it, then f->done runs. */
+/*
+ * Queues a frame; it is written whole after those before it, then f->done runs: at once on
+ * the caller's thread when the socket took it all (so without the caller's locks).
+ */
 void writer_enqueue(struct dp_writer *w, struct dp_frame *f);
 /* Fails the frame being written and every queued one with rv. */
 void writer_fail(struct dp_writer *w, int rv);

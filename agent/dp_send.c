@@ -269,6 +269,8 @@ static int dial_finish(struct dial *x, struct dataplane *dp, const char *url, st
 	}
 	p->dp = dp;
 	snprintf(p->url, sizeof(p->url), "%s", url);
+	if (strncmp(url, "tcp://", 6) == 0)
+		p->w.fd = stream_socket(s);
 	pthread_mutex_init(&p->lock, NULL);
 	reader_read(&p->r, &p->ack, sizeof(p->ack));
 	*out = p;

@@ -2,6 +2,7 @@
 #include "dp_internal.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,34 @@ static void writer_send(struct dp_writer *w, struct dp_frame *f)
 	ds_io(w->ds, w->aio, true);
 }
 
+static void frame_advance(struct dp_frame *f, size_t n);
+
+/*
+ * Writes what the socket takes of f now, without waiting: 0 when all of it is written, 1 when
+ * some is left (f is advanced past what was), or an nng error. An nng send completes on one of
+ * nng's threads, and each such hand-off costs more than a small frame's write, so a frame
+ * nothing waits before goes straight to the socket (the descriptor stays nng's, and it is
+ * only written while no nng send is under way on it). w->lock held, nothing queued.
+ */
+static int write_now(struct dp_writer *w, struct dp_frame *f)
+{
+	struct iovec iov[4];
+	for (unsigned i = 0; i < f->niov; i++)
+		iov[i] = (struct iovec){f->iov[i].iov_buf, f->iov[i].iov_len};
+	struct msghdr m = {.msg_iov = iov, .msg_iovlen = f->niov};
+	pthread_mutex_lock(&w->ds->lock);
+	bool closed = w->ds->closed;
+	ssize_t n = closed ? -1 : sendmsg(w->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+	int e = errno;
+	pthread_mutex_unlock(&w->ds->lock);
+	if (closed)
+		return NNG_ECLOSED;
+	if (n < 0)
+		return e == EAGAIN || e == EWOULDBLOCK || e == EINTR ? 1 : NNG_ECONNSHUT;
+	frame_advance(f, (size_t)n);
+	return f->niov > 0 ? 1 : 0;
+}
+
 void writer_enqueue(struct dp_writer *w, struct dp_frame *f)
 {
 	f->next = NULL;
@@ -57,6 +86,18 @@ void writer_enqueue(struct dp_writer *w, struct dp_frame *f)
 		pthread_mutex_unlock(&w->lock);
 		f->done(f, e);
 		return;
+	}
+	if (w->head == NULL && w->fd >= 0) {
+		int rv = write_now(w, f);
+		if (rv != 1) { /* written, or the stream broke: later frames fail at once */
+			if (rv != 0)
+				w->error = rv;
+			pthread_mutex_unlock(&w->lock);
+			if (rv != 0)
+				ds_close(w->ds);
+			f->done(f, rv);
+			return;
+		}
 	}
 	bool start = w->head == NULL;
 	if (start)
@@ -137,6 +178,7 @@ static int writer_init(struct dp_writer *w, struct dp_stream *ds)
 {
 	pthread_mutex_init(&w->lock, NULL);
 	w->ds = ds;
+	w->fd = -1;
 	return nng_aio_alloc(&w->aio, writer_cb, w);
 }
 
