@@ -49,7 +49,19 @@ static void writer_send(struct dp_writer *w, struct dp_frame *f)
 	ds_io(w->ds, w->aio, true);
 }
 
-static void frame_advance(struct dp_frame *f, size_t n);
+/* Drops the first n bytes of f's vector. */
+static void frame_advance(struct dp_frame *f, size_t n)
+{
+	unsigned k = 0;
+	while (k < f->niov && n >= f->iov[k].iov_len)
+		n -= f->iov[k++].iov_len;
+	if (k < f->niov) {
+		f->iov[k].iov_buf = (char *)f->iov[k].iov_buf + n;
+		f->iov[k].iov_len -= n;
+	}
+	memmove(f->iov, f->iov + k, (f->niov - k) * sizeof(f->iov[0]));
+	f->niov -= k;
+}
 
 /*
  * Writes what the socket takes of f now, without waiting: 0 when all of it is written, 1 when
@@ -108,20 +120,6 @@ void writer_enqueue(struct dp_writer *w, struct dp_frame *f)
 	pthread_mutex_unlock(&w->lock);
 	if (start)
 		writer_send(w, f);
-}
-
-/* Drops the first n bytes of f's vector. */
-static void frame_advance(struct dp_frame *f, size_t n)
-{
-	unsigned k = 0;
-	while (k < f->niov && n >= f->iov[k].iov_len)
-		n -= f->iov[k++].iov_len;
-	if (k < f->niov) {
-		f->iov[k].iov_buf = (char *)f->iov[k].iov_buf + n;
-		f->iov[k].iov_len -= n;
-	}
-	memmove(f->iov, f->iov + k, (f->niov - k) * sizeof(f->iov[0]));
-	f->niov -= k;
 }
 
 /* Fails every queued frame; the stream is broken. */
