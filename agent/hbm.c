@@ -357,15 +357,19 @@ static void hull_clip(struct hbm *h, int g)
 	hull_set(h, g, hull(h, g).a, hull(h, g).b);
 }
 
+/* The hull of k and [lo, hi). */
+static struct hbm_keep hull_join(struct hbm_keep k, int64_t lo, int64_t hi)
+{
+	if (k.b <= k.a)
+		return (struct hbm_keep){lo, hi};
+	return (struct hbm_keep){lo < k.a ? lo : k.a, hi > k.b ? hi : k.b};
+}
+
 /* Freed bytes [lo, hi) join gap g's hull. */
 static void hull_add(struct hbm *h, int g, int64_t lo, int64_t hi)
 {
-	struct hbm_keep k = hull(h, g);
-	if (k.b > k.a) {
-		lo = lo < k.a ? lo : k.a;
-		hi = hi > k.b ? hi : k.b;
-	}
-	hull_set(h, g, lo, hi);
+	struct hbm_keep k = hull_join(hull(h, g), lo, hi);
+	hull_set(h, g, k.a, k.b);
 }
 
 /*
@@ -388,8 +392,6 @@ static void retain_or_return(struct hbm *h, int g)
 		discard_pages(h, lo, hi - room, n->a, n->b);
 		hull_set(h, g, hi - room, hi);
 	}
-	if (h->retained > h->retain_limit) /* the budget was lowered meanwhile */
-		hbm_return_free_pages(h);
 }
 
 /* Makes segment i (a buffer) free, merged with the gaps that touch it; returns that gap. */
@@ -406,11 +408,9 @@ static int segment_free(struct hbm *h, int i)
 		return i;
 	}
 	int64_t b = above ? node(h, above)->b : n->b;
-	int64_t keep_a = n->a, keep_b = n->b; /* with above's hull */
-	if (above != 0 && hull(h, above).b > hull(h, above).a) {
-		keep_a = hull(h, above).a < keep_a ? hull(h, above).a : keep_a;
-		keep_b = hull(h, above).b;
-	}
+	/* The freed bytes with above's hull, which goes if above does. */
+	struct hbm_keep none = {0, 0};
+	struct hbm_keep keep = hull_join(above != 0 ? hull(h, above) : none, n->a, n->b);
 	if (below != 0 && above != 0) { /* the three become below */
 		hull_set(h, above, 0, 0);
 		gap_remove(h, above);
@@ -418,7 +418,7 @@ static int segment_free(struct hbm *h, int i)
 	}
 	int gap = below != 0 ? below : above;
 	gap_resize(h, gap, below != 0 ? node(h, below)->a : n->a, b);
-	hull_add(h, gap, keep_a, keep_b);
+	hull_add(h, gap, keep.a, keep.b);
 	node_unlink(h, i);
 	return gap;
 }
@@ -468,6 +468,8 @@ void hbm_destroy(struct hbm *h)
 void hbm_set_retain(struct hbm *h, int64_t bytes)
 {
 	h->retain_limit = bytes > HBM_RETAIN_BYTES ? bytes : HBM_RETAIN_BYTES;
+	if (h->retained > h->retain_limit)
+		hbm_return_free_pages(h);
 }
 
 void hbm_return_free_pages(struct hbm *h)

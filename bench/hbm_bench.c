@@ -33,8 +33,7 @@ int main(int argc, char **argv)
 	struct status st;
 	if (live == NULL || sizes == NULL || hbm_init(&h, (int64_t)16 << 30, false, &st) != ST_OK)
 		return 1;
-	/* The bench's own arrays are touched before the clock starts: their page faults are not
-	 * the heap's. */
+	/* Its own arrays are touched first: their page faults are not the heap's. */
 	memset(live, 0, (size_t)ops * sizeof(*live));
 	memset(sizes, 0, (size_t)ops * sizeof(int64_t));
 	unsigned seed = 1;

@@ -214,7 +214,17 @@ static void test_backing_holds_bytes(void **state)
 	assert_int_equal(h.retained, 0);
 	assert_int_equal(r[0], 0);
 	assert_int_equal(q[4 * MiB - 1], 0);
+	/* Lowering the budget below what is kept gives it back. */
+	hbm_set_retain(&h, 8 * MiB);
+	hbm_alloc(&h, 4 * MiB, &b, &st);
+	q = hbm_ptr(&h, b.offset);
+	memset(q, 0xcd, (size_t)(4 * MiB));
+	hbm_free(&h, b);
+	assert_int_equal(h.retained, 4 * MiB);
+	assert_int_equal(q[4 * MiB - 1], 0xcd);
 	hbm_set_retain(&h, 0); /* at least HBM_RETAIN_BYTES */
+	assert_int_equal(h.retained, 0);
+	assert_int_equal(q[4 * MiB - 1], 0);
 	/* What does not fit goes back at once: it reads as zero. */
 	hbm_alloc(&h, 4 * MiB, &b, &st);
 	q = hbm_ptr(&h, b.offset);

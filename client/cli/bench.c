@@ -224,6 +224,8 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 				pe_release(y);
 				y = NULL;
 			}
+			if (y == NULL) /* reported below */
+				break;
 		}
 		if (y == NULL || pe_mark_step(c) != PE_OK) {
 			fprintf(stderr, "podemu bench: %s of %lld bytes: %s\n", op_names[op],
