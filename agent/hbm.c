@@ -29,6 +29,22 @@ static struct hbm_node *node(const struct hbm *h, int i)
 	return &h->nodes[i - 1];
 }
 
+/*
+ * Commits the whole pages of [from, to) now: one system call instead of a page fault a page,
+ * which costs more, most of all on a virtual machine. Best effort.
+ */
+static void populate(void *from, void *to)
+{
+#ifdef MADV_POPULATE_WRITE
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t)from + page - 1) / page * page, hi = (uintptr_t)to / page * page;
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#else
+	(void)from, (void)to;
+#endif
+}
+
 /* Room for one more node, so that what follows cannot fail; -1 when out of memory. */
 static int node_room(struct hbm *h)
 {
@@ -45,6 +61,7 @@ static int node_room(struct hbm *h)
 	if (n == NULL)
 		return -1;
 	h->nodes = n;
+	populate(n + h->cap_nodes, n + cap); /* the new nodes are taken one after another */
 	h->cap_nodes = cap;
 	return 0;
 }
@@ -61,13 +78,17 @@ static int node_take(struct hbm *h)
 	return i;
 }
 
+static bool is_gap(const struct hbm_node *n)
+{
+	return n->left >= 0;
+}
+
 /* Node i becomes segment [a, b), linked after prev (0: first). */
 static int node_link(struct hbm *h, int i, int64_t a, int64_t b, bool gap, int prev)
 {
-	h->seed = h->seed * 1664525u + 1013904223u;
 	int next = prev != 0 ? node(h, prev)->next : h->first;
-	*node(h, i) = (struct hbm_node){
-	    .a = a, .b = b, .prev = prev, .next = next, .prio = h->seed, .gap = gap};
+	*node(h, i) =
+	    (struct hbm_node){.a = a, .b = b, .prev = prev, .next = next, .left = gap ? 0 : -1};
 	if (h->keep != NULL)
 		h->keep[i - 1] = (struct hbm_keep){0, 0};
 	if (next != 0)
@@ -107,6 +128,17 @@ static void node_unlink(struct hbm *h, int i)
 
 /* ---- Treaps of gaps: every operation takes O(log n) expected ---- */
 
+/* Node i's priority: its index hashed, as good as a random draw for the treap's balance. */
+static uint32_t prio(int i)
+{
+	uint32_t x = (uint32_t)i;
+	x ^= x >> 16;
+	x *= 0x7feb352du;
+	x ^= x >> 15;
+	x *= 0x846ca68bu;
+	return x ^ (x >> 16);
+}
+
 enum tree { T_BIG, T_BIN };
 
 /* Key order: big gaps by size, then end from the top down; a bin's (one size) by end. */
@@ -140,7 +172,7 @@ static int merge(struct hbm *h, int l, int r)
 {
 	if (l == 0 || r == 0)
 		return l ? l : r;
-	if (node(h, l)->prio > node(h, r)->prio) {
+	if (prio(l) > prio(r)) {
 		node(h, l)->right = merge(h, node(h, l)->right, r);
 		return l;
 	}
@@ -152,7 +184,7 @@ static int merge(struct hbm *h, int l, int r)
 static void tree_insert(struct hbm *h, enum tree t, int *root, int i)
 {
 	int *at = root;
-	while (*at != 0 && node(h, *at)->prio > node(h, i)->prio)
+	while (*at != 0 && prio(*at) > prio(i))
 		at = before(h, t, i, *at) ? &node(h, *at)->left : &node(h, *at)->right;
 	split(h, t, *at, i, &node(h, i)->left, &node(h, i)->right);
 	*at = i;
@@ -398,10 +430,9 @@ static void retain_or_return(struct hbm *h, int g)
 static int segment_free(struct hbm *h, int i)
 {
 	struct hbm_node *n = node(h, i);
-	int below = n->prev != 0 && node(h, n->prev)->gap ? n->prev : 0;
-	int above = n->next != 0 && node(h, n->next)->gap ? n->next : 0;
+	int below = n->prev != 0 && is_gap(node(h, n->prev)) ? n->prev : 0;
+	int above = n->next != 0 && is_gap(node(h, n->next)) ? n->next : 0;
 	if (below == 0 && above == 0) {
-		n->gap = true;
 		gap_add(h, i);
 		hull_set(h, i, n->a, n->b);
 		bins_start(h);
@@ -431,7 +462,6 @@ int hbm_init(struct hbm *h, int64_t capacity, bool backed, struct status *st)
 	h->capacity = capacity / HBM_ALIGNMENT * HBM_ALIGNMENT;
 	h->stats.bytes_limit = h->capacity;
 	h->retain_limit = HBM_RETAIN_BYTES;
-	h->seed = 0x9e3779b9u;
 	if (node_room(h) != 0)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	if (h->capacity > 0)
@@ -478,7 +508,7 @@ void hbm_return_free_pages(struct hbm *h)
 		return;
 	for (int i = h->first; i != 0; i = node(h, i)->next) {
 		const struct hbm_node *n = node(h, i);
-		if (n->gap && hull(h, i).b > hull(h, i).a) {
+		if (is_gap(n) && hull(h, i).b > hull(h, i).a) {
 			discard_pages(h, hull(h, i).a, hull(h, i).b, n->a, n->b);
 			hull_set(h, i, 0, 0);
 		}
@@ -543,7 +573,7 @@ int hbm_alloc(struct hbm *h, int64_t size, struct hbm_buffer *out, struct status
 	} else {
 		hull_set(h, g, 0, 0);
 		gap_remove(h, g);
-		node(h, g)->gap = false;
+		node(h, g)->left = -1; /* a buffer now */
 	}
 	h->num_blocks++;
 	h->used += need;
@@ -558,7 +588,7 @@ int hbm_alloc(struct hbm *h, int64_t size, struct hbm_buffer *out, struct status
 int hbm_free(struct hbm *h, struct hbm_buffer buf)
 {
 	int i = buf.id;
-	if (i <= 0 || i > h->num_nodes || node(h, i)->gap || node(h, i)->a != buf.offset ||
+	if (i <= 0 || i > h->num_nodes || is_gap(node(h, i)) || node(h, i)->a != buf.offset ||
 	    buf.offset < 0)
 		return ST_NOT_FOUND;
 	h->num_blocks--;
@@ -577,7 +607,7 @@ static int64_t reservable(const struct hbm *h)
 	if (h->first == 0)
 		return h->capacity;
 	const struct hbm_node *n = node(h, h->first);
-	return n->gap ? n->b : n->a;
+	return is_gap(n) ? n->b : n->a;
 }
 
 int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
@@ -629,7 +659,7 @@ void hbm_release_reservation(struct hbm *h)
 	h->reserved = 0;
 	h->used -= was;
 	int g = h->first;
-	if (g != 0 && node(h, g)->gap) {
+	if (g != 0 && is_gap(node(h, g))) {
 		gap_resize(h, g, 0, node(h, g)->b);
 		node_put(h, h->spare);
 	} else {

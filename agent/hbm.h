@@ -36,11 +36,14 @@ struct hbm_stats {
 /* A segment of the heap above the reservation: a device buffer or a free gap (hbm.c). */
 struct hbm_node {
 	int64_t a, b;
-	int prev, next;  /* neighbours by address (node indices + 1; 0: none) */
-	int left, right; /* a gap's children in its treap */
-	uint32_t prio;
-	bool gap;
+	int prev, next; /* neighbours by address (node indices + 1; 0: none) */
+	/*
+	 * A gap's children in its treap; left is -1 for a buffer. (32 bytes a node, two to a cache
+	 * line: a treap's priority is a hash of the node's index, not a field.)
+	 */
+	int left, right;
 };
+_Static_assert(sizeof(struct hbm_node) == 32, "two heap nodes to a cache line");
 
 /*
  * Freed pages a heap keeps committed for the next step, at least. A page's first touch after it
@@ -84,7 +87,6 @@ struct hbm {
 	uint64_t bin_words;               /* words of bin_bits that are not zero */
 	int num_blocks;
 	int64_t used; /* buffers plus the reservation */
-	uint32_t seed;
 	int64_t reserved;
 	struct hbm_stats stats;
 };
