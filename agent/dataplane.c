@@ -246,8 +246,12 @@ void dp_complete(struct dp_request *req, int code, const char *message)
 		reap_conns(dp);
 }
 
-static void conn_payload(struct dp_conn *c);
-static void conn_refuse_chunk(struct dp_conn *c, int code, const char *message);
+/*
+ * What reads on a connection returns: 1 when the read it started completed at once (the
+ * caller goes on with conn_next), 0 when a callback or dp_resume goes on.
+ */
+static int conn_payload(struct dp_conn *c);
+static int conn_refuse_chunk(struct dp_conn *c, int code, const char *message);
 
 /* Refuses the stream's latest frame and stops reading it: framing is lost. */
 static void conn_refuse(struct dp_conn *c, int code, const char *message)
@@ -258,7 +262,7 @@ static void conn_refuse(struct dp_conn *c, int code, const char *message)
 }
 
 /* Hands the chunk whose payload is complete to the receiver, then reads the next header. */
-static void conn_deliver(struct dp_conn *c)
+static int conn_deliver(struct dp_conn *c)
 {
 	struct dataplane *dp = c->dp;
 	struct dp_request *req = c->req;
@@ -268,34 +272,32 @@ static void conn_deliver(struct dp_conn *c)
 	int rv = dp->on.deliver(dp->on.arg, req, &req->header, dp_request_payload(req), &st);
 	if (rv != DP_PARKED)
 		dp_complete(req, rv, rv == ST_OK ? NULL : st.message);
-	reader_read(&c->r, &c->h, sizeof(c->h));
+	return reader_read(&c->r, &c->h, sizeof(c->h));
 }
 
 #define DP_JUNK 65536
 
 /* Reads the next piece of a refused payload, or the next header once it is all skipped. */
-static void conn_skip(struct dp_conn *c)
+static int conn_skip(struct dp_conn *c)
 {
-	if (c->discard == 0) {
-		reader_read(&c->r, &c->h, sizeof(c->h));
-		return;
-	}
+	if (c->discard == 0)
+		return reader_read(&c->r, &c->h, sizeof(c->h));
 	if (c->junk == NULL && (c->junk = malloc(DP_JUNK)) == NULL) {
 		conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		return;
+		return 0;
 	}
 	size_t n = c->discard < DP_JUNK ? (size_t)c->discard : DP_JUNK;
 	c->discard -= n;
-	reader_read(&c->r, c->junk, n);
+	return reader_read(&c->r, c->junk, n);
 }
 
 /* Checks a header, then reads the payload (if any) into its place or a buffer. */
-static void conn_header(struct dp_conn *c)
+static int conn_header(struct dp_conn *c)
 {
 	struct dataplane *dp = c->dp;
 	if (c->h.magic != DP_MAGIC || c->h.length > DP_MAX_CHUNK) {
 		conn_refuse(c, ST_INVALID_ARGUMENT, "malformed data-plane chunk header");
-		return;
+		return 0;
 	}
 	if (dp->token[0] != '\0' &&
 	    !token_matches(dp->token, c->h.token, strnlen(c->h.token, sizeof(c->h.token)))) {
@@ -303,8 +305,7 @@ static void conn_header(struct dp_conn *c)
 		conn_ack(c, c->h.chan, c->h.slot, ST_UNAUTHENTICATED,
 		         "chunk carries no pod token, or a wrong one", false);
 		c->discard = c->h.length;
-		conn_skip(c);
-		return;
+		return conn_skip(c);
 	}
 	/* A peer that ignores its window is cut off before it makes us hold more. */
 	pthread_mutex_lock(&dp->lock);
@@ -321,12 +322,12 @@ static void conn_header(struct dp_conn *c)
 		         held, (unsigned long long)held_bytes, (unsigned long long)c->h.length,
 		         credit, (unsigned long long)credit_bytes);
 		conn_refuse(c, ST_RESOURCE_EXHAUSTED, why);
-		return;
+		return 0;
 	}
 	struct dp_request *req = calloc(1, sizeof(*req));
 	if (req == NULL) {
 		conn_refuse(c, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		return;
+		return 0;
 	}
 	req->conn = c;
 	req->header = c->h;
@@ -342,44 +343,55 @@ static void conn_header(struct dp_conn *c)
 	if (dp->on.admit != NULL)
 		rv = dp->on.admit(dp->on.arg, req, &req->header, &st);
 	if (rv == DP_PARKED) /* held: nothing is read until dp_resume */
-		return;
-	if (rv != ST_OK) {
-		conn_refuse_chunk(c, rv, st.message);
-		return;
-	}
-	conn_payload(c);
+		return 0;
+	if (rv != ST_OK)
+		return conn_refuse_chunk(c, rv, st.message);
+	return conn_payload(c);
 }
 
 /* Reads the payload of the admitted chunk into its place or a buffer (or delivers it). */
-static void conn_payload(struct dp_conn *c)
+static int conn_payload(struct dp_conn *c)
 {
 	struct dataplane *dp = c->dp;
 	struct dp_request *req = c->req;
-	if (req->header.length == 0) {
-		conn_deliver(c);
-		return;
-	}
+	if (req->header.length == 0)
+		return conn_deliver(c);
 	if (dp->on.place != NULL)
 		req->payload = dp->on.place(dp->on.arg, req, &req->header);
 	if (req->payload == NULL) {
 		req->payload = req->buf = pool_get(dp, req->header.length, &req->cap);
-		if (req->buf == NULL) {
-			conn_refuse_chunk(c, ST_RESOURCE_EXHAUSTED,
-			                  "out of host memory for a chunk");
-			return;
-		}
+		if (req->buf == NULL)
+			return conn_refuse_chunk(c, ST_RESOURCE_EXHAUSTED,
+			                         "out of host memory for a chunk");
 	}
-	reader_read(&c->r, req->payload, req->header.length);
+	return reader_read(&c->r, req->payload, req->header.length);
 }
 
 /* Refuses the admitted chunk alone: its payload is skipped and the stream read on. */
-static void conn_refuse_chunk(struct dp_conn *c, int code, const char *message)
+static int conn_refuse_chunk(struct dp_conn *c, int code, const char *message)
 {
 	struct dp_request *req = c->req;
 	c->req = NULL;
 	c->discard = req->header.length;
 	dp_complete(req, code, message);
-	conn_skip(c);
+	return conn_skip(c);
+}
+
+/* Goes on from a complete read: what was read decides what comes next. */
+static int conn_next(struct dp_conn *c)
+{
+	if (c->req != NULL)
+		return conn_deliver(c);
+	if (c->r.buf == c->junk)
+		return conn_skip(c);
+	return conn_header(c);
+}
+
+/* Goes on while reads complete at once (rv: what the last one returned). */
+static void conn_run(struct dp_conn *c, int rv)
+{
+	while (rv == 1)
+		rv = conn_next(c);
 }
 
 static void conn_resume_cb(void *arg)
@@ -387,10 +399,9 @@ static void conn_resume_cb(void *arg)
 	struct dp_conn *c = arg;
 	if (c->req == NULL) /* stopped as the connection is freed: nothing is held */
 		return;
-	if (c->resume_code == ST_OK)
-		conn_payload(c);
-	else
-		conn_refuse_chunk(c, c->resume_code, c->resume_message);
+	conn_run(c, c->resume_code == ST_OK
+	                ? conn_payload(c)
+	                : conn_refuse_chunk(c, c->resume_code, c->resume_message));
 }
 
 void dp_resume(struct dp_request *req, int code, const char *message)
@@ -406,8 +417,6 @@ static void conn_read_cb(void *arg)
 	struct dp_conn *c = arg;
 	int err = 0;
 	int rv = reader_step(&c->r, &err);
-	if (rv == 0)
-		return;
 	if (rv < 0) {
 		/* The peer went away (or dp_stop closed us): parked requests still answer. */
 		ds_close(&c->ds);
@@ -429,12 +438,7 @@ static void conn_read_cb(void *arg)
 		conn_stop_reading(c);
 		return;
 	}
-	if (c->req != NULL)
-		conn_deliver(c);
-	else if (c->r.buf == c->junk)
-		conn_skip(c);
-	else
-		conn_header(c);
+	conn_run(c, rv);
 }
 
 static void accept_cb(void *arg)
@@ -471,7 +475,7 @@ static void accept_cb(void *arg)
 				conn_free(c);
 				return;
 			}
-			reader_read(&c->r, &c->h, sizeof(c->h));
+			conn_run(c, reader_read(&c->r, &c->h, sizeof(c->h)));
 		}
 	}
 	nng_stream_listener_accept(dp->listener, dp->accept);

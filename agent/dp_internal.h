@@ -97,8 +97,13 @@ void writer_enqueue(struct dp_writer *w, struct dp_frame *f);
 void writer_fail(struct dp_writer *w, int rv);
 /* The socket under a plain TCP stream, or -1. */
 int stream_socket(nng_stream *s);
-/* Starts reading exactly want bytes into buf; the link's callback runs as they come. */
-void reader_read(struct dp_reader *r, void *buf, size_t want);
+/*
+ * Starts reading exactly want bytes into buf. Returns 1 when they were all there at once (the
+ * caller goes on with them; no callback comes), or 0: the link's callback runs as they come.
+ * One read at a time: only its callback, or whoever holds the reader while nothing is under
+ * way, starts the next.
+ */
+int reader_read(struct dp_reader *r, void *buf, size_t want);
 /* From the callback: 1 when the read is complete, 0 to wait for more, -1 closed (*err). */
 int reader_step(struct dp_reader *r, int *err);
 /* A stream with its writer and reader (cb reading); link_fini undoes it. */

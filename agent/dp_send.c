@@ -164,29 +164,20 @@ static void peer_acked(struct dp_peer *p)
 		notify(notify_arg);
 }
 
-static void peer_read_cb(void *arg)
+/*
+ * Goes on from a complete read of an acknowledgement's header or message: 1 when the read it
+ * started next completed at once, 0 when the callback goes on (or the peer failed).
+ */
+static int peer_next(struct dp_peer *p)
 {
-	struct dp_peer *p = arg;
-	int err = 0;
-	int rv = reader_step(&p->r, &err);
-	if (rv == 0)
-		return;
-	if (rv < 0) {
-		char why[512];
-		snprintf(why, sizeof(why), "peer %s closed the data-plane connection: %s", p->url,
-		         nng_strerror(err));
-		peer_fail(p, ST_UNAVAILABLE, why);
-		return;
-	}
 	if (!p->reading_message) {
 		if (p->ack.magic != DP_ACK_MAGIC || p->ack.len > DP_MESSAGE_MAX) {
 			peer_fail(p, ST_INTERNAL, "malformed data-plane acknowledgement");
-			return;
+			return 0;
 		}
 		if (p->ack.len > 0) {
 			p->reading_message = true;
-			reader_read(&p->r, p->ack_message, p->ack.len);
-			return;
+			return reader_read(&p->r, p->ack_message, p->ack.len);
 		}
 	}
 	p->ack_message[p->ack.len] = '\0';
@@ -204,9 +195,25 @@ static void peer_read_cb(void *arg)
 		snprintf(why, sizeof(why), "peer %s closed the connection: %s", p->url,
 		         p->ack_message);
 		peer_fail(p, ST_UNAVAILABLE, why);
+		return 0;
+	}
+	return reader_read(&p->r, &p->ack, sizeof(p->ack));
+}
+
+static void peer_read_cb(void *arg)
+{
+	struct dp_peer *p = arg;
+	int err = 0;
+	int rv = reader_step(&p->r, &err);
+	if (rv < 0) {
+		char why[512];
+		snprintf(why, sizeof(why), "peer %s closed the data-plane connection: %s", p->url,
+		         nng_strerror(err));
+		peer_fail(p, ST_UNAVAILABLE, why);
 		return;
 	}
-	reader_read(&p->r, &p->ack, sizeof(p->ack));
+	while (rv == 1)
+		rv = peer_next(p);
 }
 
 /* Never from the peer's own callbacks. */
@@ -270,9 +277,10 @@ static int dial_finish(struct dial *x, struct dataplane *dp, const char *url, st
 	p->dp = dp;
 	snprintf(p->url, sizeof(p->url), "%s", url);
 	if (strncmp(url, "tcp://", 6) == 0)
-		p->w.fd = stream_socket(s);
+		p->r.fd = p->w.fd = stream_socket(s);
 	pthread_mutex_init(&p->lock, NULL);
-	reader_read(&p->r, &p->ack, sizeof(p->ack));
+	/* Nothing was sent yet, so no acknowledgement is there: this read waits for nng. */
+	(void)reader_read(&p->r, &p->ack, sizeof(p->ack));
 	*out = p;
 	return ST_OK;
 }

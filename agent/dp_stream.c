@@ -220,8 +220,30 @@ int stream_socket(nng_stream *s)
 	return found;
 }
 
-static void reader_more(struct dp_reader *r)
+/*
+ * Takes what the socket already holds of the read now, without waiting: an nng read completes
+ * on one of nng's threads even when its bytes are there, and that hand-off costs more than
+ * the read. Only while no nng read is under way (the descriptor stays nng's); anything but
+ * bytes (nothing there, the end, an error) is left to the nng read that follows.
+ */
+static void read_now(struct dp_reader *r)
 {
+	if (r->fd < 0 || r->got == r->want)
+		return;
+	pthread_mutex_lock(&r->ds->lock);
+	ssize_t n =
+	    r->ds->closed ? -1 : recv(r->fd, r->buf + r->got, r->want - r->got, MSG_DONTWAIT);
+	pthread_mutex_unlock(&r->ds->lock);
+	if (n > 0)
+		r->got += (size_t)n;
+}
+
+/* 1 when the read is complete now, 0 when an nng read waits for the rest. */
+static int reader_more(struct dp_reader *r)
+{
+	read_now(r);
+	if (r->got == r->want)
+		return 1;
 	/*
 	 * Woken when what is left (up to DP_RCVLOWAT) is there. Never more than is still to come:
 	 * nng completes a read as soon as it got any bytes, and the next one sets the mark anew
@@ -237,14 +259,15 @@ static void reader_more(struct dp_reader *r)
 	nng_iov iov = {r->buf + r->got, r->want - r->got};
 	nng_aio_set_iov(r->aio, 1, &iov);
 	ds_io(r->ds, r->aio, false);
+	return 0;
 }
 
-void reader_read(struct dp_reader *r, void *buf, size_t want)
+int reader_read(struct dp_reader *r, void *buf, size_t want)
 {
 	r->buf = buf;
 	r->want = want;
 	r->got = 0;
-	reader_more(r);
+	return reader_more(r);
 }
 
 /* In the reader's callback: 1 when the bytes are all there, 0 when it reads on, or -1. */
@@ -259,11 +282,7 @@ int reader_step(struct dp_reader *r, int *err)
 		return -1;
 	}
 	r->got += n;
-	if (r->got < r->want) {
-		reader_more(r);
-		return 0;
-	}
-	return 1;
+	return reader_more(r);
 }
 
 /*
