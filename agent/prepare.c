@@ -345,6 +345,60 @@ static int place_elsewhere(struct step *s, int c, size_t i, int cores, size_t n,
 	return ST_OK;
 }
 
+/* The machine's available memory in bytes (MemAvailable), or -1 when it cannot be read. */
+static int64_t host_memory_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (f == NULL)
+		return -1;
+	char line[128];
+	long long kib = -1;
+	while (kib < 0 && fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "MemAvailable: %lld kB", &kib) != 1)
+			kib = -1;
+	fclose(f);
+	return kib >= 0 ? (int64_t)kib * 1024 : -1;
+}
+
+/* Steps that write less than this on a host are not checked: reading the figure costs more. */
+#define HOST_MEMORY_CHECK_BYTES ((int64_t)256 << 20)
+
+/*
+ * With --backing host, a step's bytes are the machine's memory: what it writes on this host's
+ * cores (their temporaries and new outputs) must fit in what the machine has available (and
+ * the freed pages its heaps keep), or its first touches would push the machine into reclaim,
+ * and every process on it, heartbeats included, would stall until hosts are declared lost.
+ */
+static int check_host_memory(const struct device *dev, const Podemu__Program *p, struct status *st)
+{
+	if (!dev->backed)
+		return ST_OK;
+	int64_t per_core = p->temp_bytes, need, kept = 0;
+	for (size_t i = 0; i < p->n_buffers; i++) {
+		const Podemu__BufferAssignment *b = p->buffers[i];
+		if (b->kind == PODEMU__BUFFER_KIND__BUFFER_OUTPUT && b->donor == 0 &&
+		    __builtin_add_overflow(per_core, b->bytes, &per_core))
+			per_core = INT64_MAX;
+	}
+	if (__builtin_mul_overflow(per_core, (int64_t)dev->cores_per_host, &need))
+		need = INT64_MAX;
+	if (need < HOST_MEMORY_CHECK_BYTES)
+		return ST_OK;
+	int64_t available = host_memory_available();
+	for (int c = 0; c < dev->cores_per_host; c++)
+		kept += dev->cores[c].heap.retained;
+	if (available < 0 || need <= available + kept)
+		return ST_OK;
+	char need_text[16], available_text[16];
+	return status_set(st, ST_RESOURCE_EXHAUSTED,
+	                  "host memory: this step writes %s on host %d's %d cores, and with "
+	                  "--backing host every byte is stored, but the machine has %s available. "
+	                  "Run the pod with --backing none to account for memory at this scale "
+	                  "without storing the bytes",
+	                  status_human_bytes(need_text, need), dev->host_index, dev->cores_per_host,
+	                  status_human_bytes(available_text, available));
+}
+
 static int step_allocate(struct device *dev, struct step *s, struct status *st)
 {
 	Podemu__Program *p = s->prog;
@@ -469,6 +523,8 @@ int device_prepare(struct device *dev, const Podemu__Program *prog, struct statu
 	}
 	for (size_t i = 0; i < s->n_entry && rv == ST_OK; i++)
 		rv = check_assignment(dev, s, i, st);
+	if (rv == ST_OK)
+		rv = check_host_memory(dev, s->prog, st);
 	if (rv == ST_OK)
 		rv = step_allocate(dev, s, st);
 	if (rv == ST_OK && ((rv = control_allocate(dev, s, st)) != ST_OK ||

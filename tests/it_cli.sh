@@ -73,6 +73,23 @@ PODEMU_STATE_DIR="$state" "$bin/podemu-example-allgather" 64 300 | tail -n 1 |
 	grep -q "every core matches the host" || fail "example all-gather mismatched"
 pe down >/dev/null
 
+# A step that stores more bytes than the machine has is refused before it touches a page, with
+# the way out; the pod loses nothing. Each core writes the machine's whole memory here.
+mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+pe up --hosts 1 --cores-per-host 2 --hbm "$((mem_kib / 1048576 * 2 + 8))G" --backing host \
+	--port 0 >/dev/null
+if pe demo --elements "$((mem_kib * 256))" >"$state/overcommit.txt" 2>&1; then
+	fail "a step of twice the machine's memory ran with --backing host"
+fi
+grep -q "RESOURCE_EXHAUSTED: host memory: this step writes .* on host 0's 2 cores" \
+	"$state/overcommit.txt" && grep -q -- "--backing none" "$state/overcommit.txt" ||
+	fail "host memory not named: $(cat "$state/overcommit.txt")"
+pe demo --elements 1024 --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert [c["sum"] for c in d["cores"]] == [2048] * 2, d' || fail "demo after a refused step"
+pe down >/dev/null
+
 # podemu up on a pod with a missing agent, then with a missing coordinator, starts only that one;
 # the other processes carry on and the pod computes again.
 gone() { for _ in $(seq 500); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.01; done; }
