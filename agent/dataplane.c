@@ -98,6 +98,7 @@ static void dp_free(struct dataplane *dp)
 {
 	for (int i = 0; i < dp->pool_n; i++)
 		free(dp->pool[i].p);
+	dp_reactor_free(dp->reactor);
 	pthread_mutex_destroy(&dp->lock);
 	free(dp);
 }
@@ -461,8 +462,10 @@ static void accept_cb(void *arg)
 			c->dp = dp;
 			c->refs = 1;
 			c->reading = true;
-			if (dp->plain_tcp)
-				c->r.fd = c->w.fd = stream_socket(s);
+			if (dp->plain_tcp) {
+				c->w.fd = stream_socket(s);
+				reader_use_socket(&c->r, c->w.fd, dp->reactor);
+			}
 			pthread_mutex_lock(&dp->lock);
 			bool stopping = dp->stopping;
 			if (!stopping) {
@@ -491,6 +494,11 @@ int dp_start(struct dataplane **out, const char *url, char *bound_url,
 	dp->refs = 1;
 	dp->plain_tcp = strncmp(url, "tcp://", 6) == 0;
 	pthread_mutex_init(&dp->lock, NULL);
+	if (dp->plain_tcp && dp_reactor_start(&dp->reactor) != 0) {
+		dp_free(dp);
+		return status_set(st, ST_RESOURCE_EXHAUSTED,
+		                  "cannot start the data plane's reactor thread");
+	}
 	if (tls_stream_listener_create(&dp->listener, url, st) != ST_OK) {
 		dp_free(dp);
 		return st->code;
@@ -574,6 +582,8 @@ void dp_shutdown(struct dataplane *dp)
 		c->w.error = NNG_ECLOSED; /* requests answered later free their acknowledgement */
 		pthread_mutex_unlock(&c->w.lock);
 		ds_close(&c->ds);
+		if (c->r.re != NULL)
+			dp_reactor_forget(c->r.re, &c->r);
 		nng_aio_stop(c->r.aio);
 		nng_aio_stop(c->w.aio);
 		writer_fail(&c->w, NNG_ECLOSED);
@@ -583,6 +593,9 @@ void dp_shutdown(struct dataplane *dp)
 	free(conns);
 	peers_stop(peers);
 	reap_conns(dp);
+	/* Every stream is closed and no reader waits: no callback runs after this. */
+	if (dp->reactor != NULL)
+		dp_reactor_stop(dp->reactor);
 }
 
 void dp_stop(struct dataplane *dp)

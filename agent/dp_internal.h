@@ -51,13 +51,24 @@ struct dp_writer {
 	int fd; /* the stream's TCP socket, written straight while nothing queues; -1: not known */
 };
 
+struct dp_reactor;
+
 struct dp_reader {
 	struct dp_stream *ds;
-	nng_aio *aio;
+	nng_aio *aio; /* reads through nng, when the socket is not known */
+	void (*cb)(void *);
+	void *arg;
 	char *buf;
 	size_t want, got;
-	int fd;    /* the stream's TCP socket, to batch wake-ups; -1: not known */
-	int lowat; /* its SO_RCVLOWAT */
+	/*
+	 * The stream's TCP socket, or -1: not known. A known socket is read straight, and waited
+	 * for by the reactor (re), which calls cb.
+	 */
+	int fd;
+	int lowat; /* its SO_RCVLOWAT, which wakes the reactor once that much is in */
+	struct dp_reactor *re;
+	bool registered; /* in the reactor's set */
+	int err;         /* the stream failed (an nng error): the callback says so */
 };
 
 struct pool_buf {
@@ -80,10 +91,22 @@ struct dataplane {
 	int credit_chunks;     /* what one connection may hold unacknowledged (0: no limit) */
 	uint64_t credit_bytes; /* under lock */
 	bool plain_tcp; /* tcp://, whose streams read straight from their sockets (not TLS) */
+	struct dp_reactor *reactor; /* with plain_tcp */
 };
 
 struct dp_conn;
 struct dp_peer;
+
+/* The reactor (dp_reactor.c): a thread that runs readers' callbacks as their sockets fill. */
+int dp_reactor_start(struct dp_reactor **out);
+/* Ends its thread; every caller returns once no callback runs any more. */
+void dp_reactor_stop(struct dp_reactor *re);
+void dp_reactor_free(struct dp_reactor *re);
+/* Calls r->cb once r->fd is readable (r->lowat bytes, the end, or an error); -1 on failure. */
+int dp_reactor_arm(struct dp_reactor *re, struct dp_reader *r);
+/* Takes r out of the set; its callback does not run after this returns (or, on the reactor's
+ * own thread, after the turn under way). */
+void dp_reactor_forget(struct dp_reactor *re, struct dp_reader *r);
 
 /* Streams and what runs on them (dp_stream.c). */
 /* Closes the stream; operations started after it complete at once with nothing moved. */
@@ -106,6 +129,8 @@ int stream_socket(nng_stream *s);
 int reader_read(struct dp_reader *r, void *buf, size_t want);
 /* From the callback: 1 when the read is complete, 0 to wait for more, -1 closed (*err). */
 int reader_step(struct dp_reader *r, int *err);
+/* Reads stream s's socket straight from now on, waited for by re. */
+void reader_use_socket(struct dp_reader *r, int fd, struct dp_reactor *re);
 /* A stream with its writer and reader (cb reading); link_fini undoes it. */
 int link_init(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r, nng_stream *s,
               void (*cb)(void *), void *arg);

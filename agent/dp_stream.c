@@ -221,33 +221,42 @@ int stream_socket(nng_stream *s)
 }
 
 /*
- * Takes what the socket already holds of the read now, without waiting: an nng read completes
- * on one of nng's threads even when its bytes are there, and that hand-off costs more than
- * the read. Only while no nng read is under way (the descriptor stays nng's); anything but
- * bytes (nothing there, the end, an error) is left to the nng read that follows.
+ * Takes what the socket already holds of the read now, without waiting: 0 (bytes or none),
+ * or -1 when the stream is closed or failed (*err). Only while no nng read is under way (the
+ * descriptor stays nng's).
  */
-static void read_now(struct dp_reader *r)
+static int read_now(struct dp_reader *r, int *err)
 {
 	if (r->fd < 0 || r->got == r->want)
-		return;
+		return 0;
 	pthread_mutex_lock(&r->ds->lock);
-	ssize_t n =
-	    r->ds->closed ? -1 : recv(r->fd, r->buf + r->got, r->want - r->got, MSG_DONTWAIT);
+	bool closed = r->ds->closed;
+	ssize_t n = closed ? -1 : recv(r->fd, r->buf + r->got, r->want - r->got, MSG_DONTWAIT);
+	int e = errno;
 	pthread_mutex_unlock(&r->ds->lock);
-	if (n > 0)
+	if (n > 0) {
 		r->got += (size_t)n;
+		return 0;
+	}
+	if (!closed && n < 0 && (e == EAGAIN || e == EWOULDBLOCK || e == EINTR))
+		return 0;
+	*err = closed ? NNG_ECLOSED : NNG_ECONNSHUT; /* closed here, by the peer, or broken */
+	return -1;
 }
 
-/* 1 when the read is complete now, 0 when an nng read waits for the rest. */
-static int reader_more(struct dp_reader *r)
+/*
+ * Goes on with the read: 1 when it is complete now, 0 when the reactor (or an nng read) waits
+ * for the rest and then calls the callback, -1 when the stream is closed or failed (*err).
+ */
+static int reader_more(struct dp_reader *r, int *err)
 {
-	read_now(r);
+	if (read_now(r, err) < 0)
+		return -1;
 	if (r->got == r->want)
 		return 1;
 	/*
 	 * Woken when what is left (up to DP_RCVLOWAT) is there. Never more than is still to come:
-	 * nng completes a read as soon as it got any bytes, and the next one sets the mark anew
-	 * before it waits.
+	 * a peer that sends no more would leave the reader asleep.
 	 */
 	if (r->fd >= 0) {
 		size_t left = r->want - r->got;
@@ -255,6 +264,13 @@ static int reader_more(struct dp_reader *r)
 		if (mark != r->lowat &&
 		    setsockopt(r->fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof(mark)) == 0)
 			r->lowat = mark;
+	}
+	if (r->re != NULL) {
+		if (dp_reactor_arm(r->re, r) != 0) {
+			*err = NNG_ENOMEM;
+			return -1;
+		}
+		return 0;
 	}
 	nng_iov iov = {r->buf + r->got, r->want - r->got};
 	nng_aio_set_iov(r->aio, 1, &iov);
@@ -267,22 +283,44 @@ int reader_read(struct dp_reader *r, void *buf, size_t want)
 	r->buf = buf;
 	r->want = want;
 	r->got = 0;
-	return reader_more(r);
+	int err = 0;
+	int rv = reader_more(r, &err);
+	if (rv >= 0)
+		return rv;
+	/* Failed at once: the callback learns it, as from a read that failed. */
+	r->err = err;
+	nng_sleep_aio(0, r->aio);
+	return 0;
 }
 
 /* In the reader's callback: 1 when the bytes are all there, 0 when it reads on, or -1. */
 int reader_step(struct dp_reader *r, int *err)
 {
-	int rv = nng_aio_result(r->aio);
-	size_t n = nng_aio_count(r->aio);
-	if (rv == 0 && n == 0)
-		rv = NNG_ECONNSHUT;
-	if (rv != 0) {
-		*err = rv;
+	if (r->err != 0) {
+		*err = r->err;
 		return -1;
 	}
-	r->got += n;
-	return reader_more(r);
+	if (r->re == NULL) { /* an nng read completed */
+		int rv = nng_aio_result(r->aio);
+		size_t n = nng_aio_count(r->aio);
+		if (rv == 0 && n == 0)
+			rv = NNG_ECONNSHUT;
+		if (rv != 0) {
+			*err = rv;
+			return -1;
+		}
+		r->got += n;
+	}
+	int rv = reader_more(r, err);
+	if (rv < 0)
+		r->err = *err;
+	return rv;
+}
+
+void reader_use_socket(struct dp_reader *r, int fd, struct dp_reactor *re)
+{
+	r->fd = fd;
+	r->re = fd >= 0 ? re : NULL;
 }
 
 /*
@@ -297,6 +335,11 @@ int link_init(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r, nn
 	ds_init(ds, s);
 	r->ds = ds;
 	r->fd = -1;
+	r->re = NULL;
+	r->registered = false;
+	r->err = 0;
+	r->cb = cb;
+	r->arg = arg;
 	r->lowat = 1;
 	if (writer_init(w, ds) != 0) {
 		pthread_mutex_destroy(&w->lock);
@@ -316,6 +359,8 @@ int link_init(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r, nn
 void link_fini(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r)
 {
 	ds_close(ds);
+	if (r->re != NULL)
+		dp_reactor_forget(r->re, r);
 	nng_aio_free(r->aio);
 	nng_aio_free(w->aio);
 	writer_fail(w, NNG_ECLOSED); /* frames never started */
