@@ -12,6 +12,7 @@
 #include <nng/nng.h>
 
 #include "dataplane.h"
+#include "stream_socket.h"
 #include "token.h"
 
 /* The largest payload a receiver accepts; a header announcing more closes the stream. */
@@ -118,8 +119,6 @@ void ds_close(struct dp_stream *ds);
 void writer_enqueue(struct dp_writer *w, struct dp_frame *f);
 /* Fails the frame being written and every queued one with rv. */
 void writer_fail(struct dp_writer *w, int rv);
-/* The socket under a plain TCP stream, or -1. */
-int stream_socket(nng_stream *s);
 /*
  * Starts reading exactly want bytes into buf. Returns 1 when they were all there at once (the
  * caller goes on with them; no callback comes), or 0: the link's callback runs as they come.

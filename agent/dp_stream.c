@@ -1,7 +1,6 @@
 /* Data-plane streams: closing ordered with operations, frames written in order, exact reads. */
 #include "dp_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -181,44 +180,6 @@ static int writer_init(struct dp_writer *w, struct dp_stream *ds)
 }
 
 /* ---- Reading exactly n bytes ---- */
-
-/*
- * The socket under a plain TCP stream, found by its two addresses among this process's
- * descriptors; -1 when there is none. nng 1.5 has no option for a stream's receive low-water
- * mark, and without one a reader is woken for every segment loopback delivers (64 KiB): about
- * 64 wake-ups and thread hand-offs per 4 MiB chunk. The descriptor stays nng's: only
- * SO_RCVLOWAT is set on it.
- */
-int stream_socket(nng_stream *s)
-{
-	nng_sockaddr la, ra;
-	if (nng_stream_get_addr(s, NNG_OPT_LOCADDR, &la) != 0 ||
-	    nng_stream_get_addr(s, NNG_OPT_REMADDR, &ra) != 0 || la.s_family != NNG_AF_INET ||
-	    ra.s_family != NNG_AF_INET)
-		return -1;
-	DIR *d = opendir("/proc/self/fd");
-	if (d == NULL)
-		return -1;
-	int found = -1;
-	struct dirent *e;
-	while (found < 0 && (e = readdir(d)) != NULL) {
-		char *end;
-		long fd = strtol(e->d_name, &end, 10);
-		struct sockaddr_in a, b;
-		socklen_t al = sizeof(a), bl = sizeof(b);
-		if (*end != '\0' || end == e->d_name || fd == dirfd(d) ||
-		    getsockname((int)fd, (struct sockaddr *)&a, &al) != 0 ||
-		    a.sin_family != AF_INET ||
-		    getpeername((int)fd, (struct sockaddr *)&b, &bl) != 0 ||
-		    b.sin_family != AF_INET)
-			continue;
-		if (a.sin_port == la.s_in.sa_port && a.sin_addr.s_addr == la.s_in.sa_addr &&
-		    b.sin_port == ra.s_in.sa_port && b.sin_addr.s_addr == ra.s_in.sa_addr)
-			found = (int)fd;
-	}
-	closedir(d);
-	return found;
-}
 
 /*
  * Takes what the socket already holds of the read now, without waiting: 0 (bytes or none),

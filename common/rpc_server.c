@@ -3,10 +3,13 @@
  * by a thread of their own, frame after frame, each frame dispatched to its method's handler and
  * answered on the same connection.
  */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <nng/nng.h>
 #include <nng/supplemental/util/platform.h>
@@ -14,6 +17,7 @@
 #include "log.h"
 #include "podemu.pb-c.h"
 #include "rpc.h"
+#include "stream_socket.h"
 #include "tls.h"
 #include "token.h"
 
@@ -24,6 +28,12 @@ struct rpc_conn {
 	struct rpc_server *server;
 	nng_stream *stream;
 	nng_aio *aio;
+	/*
+	 * A plain TCP stream's socket, read and written by the connection's thread itself: an nng
+	 * read is woken on nng's poller thread, which then wakes this one (two hand-offs a frame
+	 * where poll takes one). -1: through nng (TLS).
+	 */
+	int fd;
 	uint8_t *buf; /* bytes read and not yet dispatched: [0, have) */
 	size_t cap, have;
 	struct rpc_conn *prev, *next;
@@ -129,6 +139,36 @@ respond:
 }
 
 /*
+ * conn_io on the socket itself: the first bytes that go or come (a count of 0 read: the peer
+ * closed), waiting in poll up to timeout_ms. rpc_server_stop shuts the stream down, which
+ * ends the wait.
+ */
+static int conn_io_socket(struct rpc_conn *c, bool out, void *data, size_t len,
+                          nng_duration timeout_ms, size_t *count)
+{
+	*count = 0;
+	for (;;) {
+		pthread_mutex_lock(&c->server->lock);
+		bool stopping = c->server->stopping;
+		pthread_mutex_unlock(&c->server->lock);
+		if (stopping)
+			return NNG_ECLOSED;
+		ssize_t n = out ? send(c->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL)
+		                : recv(c->fd, data, len, MSG_DONTWAIT);
+		if (n >= 0) {
+			*count = (size_t)n;
+			return 0;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return NNG_ECONNSHUT;
+		struct pollfd p = {.fd = c->fd, .events = out ? POLLOUT : POLLIN};
+		int rv = poll(&p, 1, timeout_ms == NNG_DURATION_INFINITE ? -1 : (int)timeout_ms);
+		if (rv == 0)
+			return NNG_ETIMEDOUT;
+	}
+}
+
+/*
  * Starts op on the connection's aio and waits for it. Started under the server's lock, so that
  * rpc_server_stop either cancels it or finds it refused: nng 1.5 lets an operation started on
  * a stream closed meanwhile wait until its timeout.
@@ -136,6 +176,8 @@ respond:
 static int conn_io(struct rpc_conn *c, void (*op)(nng_stream *, nng_aio *), void *data, size_t len,
                    nng_duration timeout_ms, size_t *count)
 {
+	if (c->fd >= 0)
+		return conn_io_socket(c, op == nng_stream_send, data, len, timeout_ms, count);
 	nng_iov iov = {data, len};
 	nng_aio_set_iov(c->aio, 1, &iov);
 	nng_aio_set_timeout(c->aio, timeout_ms);
@@ -291,6 +333,7 @@ static void conn_start(struct rpc_server *s, nng_stream *stream)
 	}
 	c->server = s;
 	c->stream = stream;
+	c->fd = strncmp(s->url, "tcp://", 6) == 0 ? stream_socket(stream) : -1;
 	c->buf = malloc(CONN_BUFFER_BYTES);
 	c->cap = CONN_BUFFER_BYTES;
 	if (c->buf == NULL || nng_aio_alloc(&c->aio, NULL, NULL) != 0) {
@@ -390,8 +433,11 @@ void rpc_server_stop(struct rpc_server *s)
 	nng_aio_stop(s->accept);
 	/* Ends every connection's wait for its next frame; a handler running finishes first. */
 	pthread_mutex_lock(&s->lock);
-	for (struct rpc_conn *c = s->conns; c != NULL; c = c->next)
+	for (struct rpc_conn *c = s->conns; c != NULL; c = c->next) {
 		nng_aio_cancel(c->aio);
+		if (c->fd >= 0)
+			nng_stream_close(c->stream); /* wakes its thread's poll */
+	}
 	while (s->threads > 0)
 		pthread_cond_wait(&s->idle, &s->lock);
 	pthread_mutex_unlock(&s->lock);
