@@ -1,7 +1,6 @@
 #include "device.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -287,10 +286,20 @@ void device_note_activity(struct device *dev)
 	dev->last_active_ms = now_ms();
 }
 
-void device_return_idle_memory(struct device *dev, int idle_ms)
+bool device_idle(struct device *dev, int idle_ms)
 {
 	if (dev->cores == NULL)
-		return;
+		return true;
+	pthread_mutex_lock(&dev->lock);
+	bool idle = dev->step == NULL && now_ms() - dev->last_active_ms >= idle_ms;
+	pthread_mutex_unlock(&dev->lock);
+	return idle;
+}
+
+bool device_return_idle_memory(struct device *dev, int idle_ms)
+{
+	if (dev->cores == NULL)
+		return false;
 	pthread_mutex_lock(&dev->lock);
 	bool idle =
 	    dev->freed_since_idle && dev->step == NULL && now_ms() - dev->last_active_ms >= idle_ms;
@@ -300,11 +309,9 @@ void device_return_idle_memory(struct device *dev, int idle_ms)
 		dev->freed_since_idle = false;
 	}
 	pthread_mutex_unlock(&dev->lock);
-	if (!idle)
-		return;
-	malloc_trim(0);
-	if (dev->dp != NULL)
+	if (idle && dev->dp != NULL)
 		dp_trim(dev->dp);
+	return idle;
 }
 
 int device_forget_all(struct device *dev, const char *reason, int wait_ms)

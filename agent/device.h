@@ -102,13 +102,16 @@ static inline int device_local(const struct device *dev, int ordinal)
 	return ordinal - dev->host_index * dev->cores_per_host;
 }
 
+/* No step is prepared and none has run or freed buffers for idle_ms. */
+bool device_idle(struct device *dev, int idle_ms);
 /*
  * Once no step has run or freed buffers for idle_ms, gives back what steps keep for the next
- * one: the pages of freed device memory, the heap's free chunk buffers and the data plane's
- * receive buffers, so that the agent's RSS follows the bytes its cores account. Cheap when
- * there is nothing to give back; for a timer.
+ * one: the pages of freed device memory and the data plane's receive buffers, so that the
+ * agent's RSS follows the bytes its cores account; true when it did (the process's free heap
+ * chunks are then the caller's to trim, once for all its hosts). Cheap when there is nothing
+ * to give back; for a timer.
  */
-void device_return_idle_memory(struct device *dev, int idle_ms);
+bool device_return_idle_memory(struct device *dev, int idle_ms);
 /* Notes that a step ran or buffers were freed (lock held). */
 void device_note_activity(struct device *dev);
 

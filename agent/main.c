@@ -253,12 +253,24 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 /* Idle this long, the agent gives back what steps keep for the next one. */
 #define IDLE_RETURN_MS 200
 
+/*
+ * Only once every host of the process is idle: giving pages back stops the process's threads
+ * for the TLB shootdowns, and malloc_trim (one call for all hosts) can take this thread, the
+ * one that sends the heartbeat, for a long time while many threads run.
+ */
 static void on_idle_timer(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent_process *p = arg;
 	for (int i = 0; i < p->num_hosts; i++)
+		if (p->hosts[i].device_up && !device_idle(&p->hosts[i].agent.dev, IDLE_RETURN_MS))
+			return;
+	bool returned = false;
+	for (int i = 0; i < p->num_hosts; i++)
 		if (p->hosts[i].device_up)
-			device_return_idle_memory(&p->hosts[i].agent.dev, IDLE_RETURN_MS);
+			returned |=
+			    device_return_idle_memory(&p->hosts[i].agent.dev, IDLE_RETURN_MS);
+	if (returned)
+		malloc_trim(0);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
