@@ -462,10 +462,8 @@ static void accept_cb(void *arg)
 			c->dp = dp;
 			c->refs = 1;
 			c->reading = true;
-			if (dp->plain_tcp) {
-				c->w.fd = stream_socket(s);
-				reader_use_socket(&c->r, c->w.fd, dp->reactor);
-			}
+			if (dp->plain_tcp)
+				link_use_socket(&c->w, &c->r, s, dp->reactor);
 			pthread_mutex_lock(&dp->lock);
 			bool stopping = dp->stopping;
 			if (!stopping) {
@@ -582,9 +580,7 @@ void dp_shutdown(struct dataplane *dp)
 		c->w.error = NNG_ECLOSED; /* requests answered later free their acknowledgement */
 		pthread_mutex_unlock(&c->w.lock);
 		ds_close(&c->ds);
-		if (c->r.re != NULL)
-			dp_reactor_forget(c->r.re, &c->r);
-		nng_aio_stop(c->r.aio);
+		reader_stop(&c->r);
 		nng_aio_stop(c->w.aio);
 		writer_fail(&c->w, NNG_ECLOSED);
 		conn_stop_reading(c);

@@ -286,12 +286,18 @@ void device_note_activity(struct device *dev)
 	dev->last_active_ms = now_ms();
 }
 
+/* Lock held. */
+static bool idle_locked(const struct device *dev, int idle_ms)
+{
+	return dev->step == NULL && now_ms() - dev->last_active_ms >= idle_ms;
+}
+
 bool device_idle(struct device *dev, int idle_ms)
 {
 	if (dev->cores == NULL)
 		return true;
 	pthread_mutex_lock(&dev->lock);
-	bool idle = dev->step == NULL && now_ms() - dev->last_active_ms >= idle_ms;
+	bool idle = idle_locked(dev, idle_ms);
 	pthread_mutex_unlock(&dev->lock);
 	return idle;
 }
@@ -301,8 +307,7 @@ bool device_return_idle_memory(struct device *dev, int idle_ms)
 	if (dev->cores == NULL)
 		return false;
 	pthread_mutex_lock(&dev->lock);
-	bool idle =
-	    dev->freed_since_idle && dev->step == NULL && now_ms() - dev->last_active_ms >= idle_ms;
+	bool idle = dev->freed_since_idle && idle_locked(dev, idle_ms);
 	if (idle) {
 		for (int c = 0; c < dev->cores_per_host; c++)
 			hbm_return_free_pages(&dev->cores[c].heap);

@@ -128,8 +128,14 @@ void writer_fail(struct dp_writer *w, int rv);
 int reader_read(struct dp_reader *r, void *buf, size_t want);
 /* From the callback: 1 when the read is complete, 0 to wait for more, -1 closed (*err). */
 int reader_step(struct dp_reader *r, int *err);
-/* Reads stream s's socket straight from now on, waited for by re. */
-void reader_use_socket(struct dp_reader *r, int fd, struct dp_reactor *re);
+/*
+ * A plain TCP link (stream s) writes and reads its socket straight from now on, its reads
+ * waited for by re; before its first read or write.
+ */
+void link_use_socket(struct dp_writer *w, struct dp_reader *r, nng_stream *s,
+                     struct dp_reactor *re);
+/* No callback of r runs after this returns (nor from the reactor, which forgets r). */
+void reader_stop(struct dp_reader *r);
 /* A stream with its writer and reader (cb reading); link_fini undoes it. */
 int link_init(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r, nng_stream *s,
               void (*cb)(void *), void *arg);

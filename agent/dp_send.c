@@ -276,12 +276,10 @@ static int dial_finish(struct dial *x, struct dataplane *dp, const char *url, st
 	}
 	p->dp = dp;
 	snprintf(p->url, sizeof(p->url), "%s", url);
-	if (strncmp(url, "tcp://", 6) == 0) {
-		p->w.fd = stream_socket(s);
-		reader_use_socket(&p->r, p->w.fd, dp->reactor);
-	}
+	if (strncmp(url, "tcp://", 6) == 0)
+		link_use_socket(&p->w, &p->r, s, dp->reactor);
 	pthread_mutex_init(&p->lock, NULL);
-	/* Nothing was sent yet, so no acknowledgement is there: this read waits for nng. */
+	/* Nothing was sent yet, so no acknowledgement is there: this read waits. */
 	(void)reader_read(&p->r, &p->ack, sizeof(p->ack));
 	*out = p;
 	return ST_OK;

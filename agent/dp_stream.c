@@ -278,10 +278,17 @@ int reader_step(struct dp_reader *r, int *err)
 	return rv;
 }
 
-void reader_use_socket(struct dp_reader *r, int fd, struct dp_reactor *re)
+void link_use_socket(struct dp_writer *w, struct dp_reader *r, nng_stream *s, struct dp_reactor *re)
 {
-	r->fd = fd;
-	r->re = fd >= 0 ? re : NULL;
+	w->fd = r->fd = stream_socket(s);
+	r->re = r->fd >= 0 ? re : NULL;
+}
+
+void reader_stop(struct dp_reader *r)
+{
+	if (r->re != NULL)
+		dp_reactor_forget(r->re, r);
+	nng_aio_stop(r->aio);
 }
 
 /*
@@ -320,8 +327,7 @@ int link_init(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r, nn
 void link_fini(struct dp_stream *ds, struct dp_writer *w, struct dp_reader *r)
 {
 	ds_close(ds);
-	if (r->re != NULL)
-		dp_reactor_forget(r->re, r);
+	reader_stop(r);
 	nng_aio_free(r->aio);
 	nng_aio_free(w->aio);
 	writer_fail(w, NNG_ECLOSED); /* frames never started */
