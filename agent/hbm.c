@@ -90,7 +90,7 @@ static int node_link(struct hbm *h, int i, int64_t a, int64_t b, bool gap, int p
 	*node(h, i) =
 	    (struct hbm_node){.a = a, .b = b, .prev = prev, .next = next, .left = gap ? 0 : -1};
 	if (h->keep != NULL)
-		h->keep[i - 1] = (struct hbm_keep){0, 0};
+		h->keep[i - 1] = (struct hbm_keep){{0, 0}, {0, 0}};
 	if (next != 0)
 		node(h, next)->prev = i;
 	if (prev != 0)
@@ -359,71 +359,130 @@ static void discard_pages(struct hbm *h, int64_t a, int64_t b, int64_t gap_a, in
 		advise(h, from, to, MADV_DONTNEED);
 }
 
-/* ---- Freed pages kept: each gap's hull of the pages it may still have committed ---- */
+/*
+ * ---- Freed pages kept: each gap's two spans of the pages it may still have committed ----
+ *
+ * A gap's kept pages are bounded by two spans: one low in the gap, one high. Two, because a
+ * gap is reused at both ends: the next reservation takes the bottom gap's lowest bytes, and
+ * the next buffer any gap's highest. One span would have to cover the untouched bytes between
+ * the reservation's pages and a freed output's, and counted as kept they would push the
+ * output's pages past the budget.
+ */
 
-/* Gap g's hull: empty (0, 0) without backing. */
-static struct hbm_keep hull(const struct hbm *h, int g)
+static bool span_empty(struct hbm_span s)
 {
-	return h->keep != NULL ? h->keep[g - 1] : (struct hbm_keep){0, 0};
+	return s.b <= s.a;
 }
 
-/* Gap g's hull becomes [lo, hi) within the gap (empty: 0, 0); retained follows. */
-static void hull_set(struct hbm *h, int g, int64_t lo, int64_t hi)
+static int64_t span_len(struct hbm_span s)
+{
+	return span_empty(s) ? 0 : s.b - s.a;
+}
+
+static const struct hbm_keep keep_none = {{0, 0}, {0, 0}};
+
+/* Gap g's spans: none without backing. */
+static struct hbm_keep keep_of(const struct hbm *h, int g)
+{
+	return h->keep != NULL ? h->keep[g - 1] : keep_none;
+}
+
+/* Gap g's spans become k, clipped to the gap (a lone span is the low one); retained follows. */
+static void keep_set(struct hbm *h, int g, struct hbm_keep k)
 {
 	if (h->keep == NULL)
 		return;
 	const struct hbm_node *n = node(h, g);
-	struct hbm_keep *k = &h->keep[g - 1];
-	h->retained -= k->b - k->a;
-	lo = lo > n->a ? lo : n->a;
-	hi = hi < n->b ? hi : n->b;
-	if (hi <= lo)
-		lo = hi = 0;
-	*k = (struct hbm_keep){lo, hi};
-	h->retained += hi - lo;
+	struct hbm_keep *was = &h->keep[g - 1];
+	h->retained -= span_len(was->lo) + span_len(was->hi);
+	struct hbm_span *s[2] = {&k.lo, &k.hi};
+	for (int i = 0; i < 2; i++) {
+		s[i]->a = s[i]->a > n->a ? s[i]->a : n->a;
+		s[i]->b = s[i]->b < n->b ? s[i]->b : n->b;
+		if (span_empty(*s[i]))
+			*s[i] = (struct hbm_span){0, 0};
+	}
+	if (span_empty(k.lo))
+		k = (struct hbm_keep){k.hi, {0, 0}};
+	*was = k;
+	h->retained += span_len(k.lo) + span_len(k.hi);
 }
 
-/* After gap g shrank: its hull keeps what the gap still spans. */
-static void hull_clip(struct hbm *h, int g)
+/* After gap g shrank: its spans keep what the gap still spans. */
+static void keep_clip(struct hbm *h, int g)
 {
-	hull_set(h, g, hull(h, g).a, hull(h, g).b);
+	keep_set(h, g, keep_of(h, g));
 }
 
-/* The hull of k and [lo, hi). */
-static struct hbm_keep hull_join(struct hbm_keep k, int64_t lo, int64_t hi)
+/*
+ * Spans s[0..n) (disjoint, some empty, in any order) as two: cut at the widest hole between
+ * neighbours, and each side becomes the one span that covers it.
+ */
+static struct hbm_keep keep_union(struct hbm_span *s, int n)
 {
-	if (k.b <= k.a)
-		return (struct hbm_keep){lo, hi};
-	return (struct hbm_keep){lo < k.a ? lo : k.a, hi > k.b ? hi : k.b};
+	int m = 0;
+	for (int i = 0; i < n; i++) /* the non-empty ones, in address order */
+		if (!span_empty(s[i])) {
+			struct hbm_span x = s[i];
+			int j = m++;
+			for (; j > 0 && s[j - 1].a > x.a; j--)
+				s[j] = s[j - 1];
+			s[j] = x;
+		}
+	if (m == 0)
+		return keep_none;
+	int cut = 0; /* the hole after s[cut - 1]; 0: none */
+	for (int i = 1; i < m; i++)
+		if (cut == 0 || s[i].a - s[i - 1].b > s[cut].a - s[cut - 1].b)
+			cut = i;
+	if (cut == 0)
+		return (struct hbm_keep){s[0], {0, 0}};
+	return (struct hbm_keep){{s[0].a, s[cut - 1].b}, {s[cut].a, s[m - 1].b}};
 }
 
-/* Freed bytes [lo, hi) join gap g's hull. */
-static void hull_add(struct hbm *h, int g, int64_t lo, int64_t hi)
+/* Freed bytes [lo, hi) join gap g's spans. */
+static void keep_add(struct hbm *h, int g, int64_t lo, int64_t hi)
 {
-	struct hbm_keep k = hull_join(hull(h, g), lo, hi);
-	hull_set(h, g, k.a, k.b);
+	struct hbm_keep k = keep_of(h, g);
+	struct hbm_span s[3] = {k.lo, k.hi, {lo, hi}};
+	keep_set(h, g, keep_union(s, 3));
+}
+
+/* Span s keeps `room` bytes at its low end (low) or its high end; the rest goes back. */
+static struct hbm_span span_trim(struct hbm *h, struct hbm_span s, int64_t room, bool low,
+                                 const struct hbm_node *gap)
+{
+	room = room < span_len(s) ? room : span_len(s);
+	if (low) {
+		discard_pages(h, s.a + room, s.b, gap->a, gap->b);
+		return (struct hbm_span){s.a, s.a + room};
+	}
+	discard_pages(h, s.a, s.b - room, gap->a, gap->b);
+	return (struct hbm_span){s.b - room, s.b};
 }
 
 /*
  * A free made or grew gap g. Past the budget, g's kept pages beyond what still fits go back
- * (the newest freed first): the bottom gap keeps its lowest bytes, which the next reservation
- * takes first; another gap its highest, where the next buffer is placed.
+ * (the newest freed first): the bottom gap keeps first its lowest bytes, which the next
+ * reservation takes, then its highest; another gap its highest, where the next buffer is
+ * placed, and then the highest of its low span.
  */
 static void retain_or_return(struct hbm *h, int g)
 {
 	if (h->keep == NULL || h->retained <= h->retain_limit)
 		return;
 	const struct hbm_node *n = node(h, g);
-	int64_t lo = hull(h, g).a, hi = hull(h, g).b;
-	int64_t room = h->retain_limit - (h->retained - (hi - lo));
-	room = room > 0 ? (room < hi - lo ? room : hi - lo) : 0;
+	struct hbm_keep k = keep_of(h, g);
+	int64_t room = h->retain_limit - (h->retained - span_len(k.lo) - span_len(k.hi));
+	room = room > 0 ? room : 0;
 	if (g == h->first) {
-		discard_pages(h, lo + room, hi, n->a, n->b);
-		hull_set(h, g, lo, lo + room);
+		k.lo = span_trim(h, k.lo, room, true, n);
+		k.hi = span_trim(h, k.hi, room - span_len(k.lo), false, n);
 	} else {
-		discard_pages(h, lo, hi - room, n->a, n->b);
-		hull_set(h, g, hi - room, hi);
+		k.hi = span_trim(h, k.hi, room, false, n);
+		k.lo = span_trim(h, k.lo, room - span_len(k.hi), false, n);
 	}
+	keep_set(h, g, k);
 }
 
 /* Makes segment i (a buffer) free, merged with the gaps that touch it; returns that gap. */
@@ -434,22 +493,24 @@ static int segment_free(struct hbm *h, int i)
 	int above = n->next != 0 && is_gap(node(h, n->next)) ? n->next : 0;
 	if (below == 0 && above == 0) {
 		gap_add(h, i);
-		hull_set(h, i, n->a, n->b);
+		keep_set(h, i, (struct hbm_keep){{n->a, n->b}, {0, 0}});
 		bins_start(h);
 		return i;
 	}
 	int64_t b = above ? node(h, above)->b : n->b;
-	/* The freed bytes with above's hull, which goes if above does. */
-	struct hbm_keep none = {0, 0};
-	struct hbm_keep keep = hull_join(above != 0 ? hull(h, above) : none, n->a, n->b);
+	/* The freed bytes join the spans of the gaps they merge with. */
+	struct hbm_keep lo = below != 0 ? keep_of(h, below) : keep_none;
+	struct hbm_keep hi = above != 0 ? keep_of(h, above) : keep_none;
+	struct hbm_span spans[5] = {lo.lo, lo.hi, {n->a, n->b}, hi.lo, hi.hi};
+	struct hbm_keep keep = keep_union(spans, 5);
 	if (below != 0 && above != 0) { /* the three become below */
-		hull_set(h, above, 0, 0);
+		keep_set(h, above, keep_none);
 		gap_remove(h, above);
 		node_unlink(h, above);
 	}
 	int gap = below != 0 ? below : above;
 	gap_resize(h, gap, below != 0 ? node(h, below)->a : n->a, b);
-	hull_add(h, gap, keep.a, keep.b);
+	keep_set(h, gap, keep);
 	node_unlink(h, i);
 	return gap;
 }
@@ -508,9 +569,11 @@ void hbm_return_free_pages(struct hbm *h)
 		return;
 	for (int i = h->first; i != 0; i = node(h, i)->next) {
 		const struct hbm_node *n = node(h, i);
-		if (is_gap(n) && hull(h, i).b > hull(h, i).a) {
-			discard_pages(h, hull(h, i).a, hull(h, i).b, n->a, n->b);
-			hull_set(h, i, 0, 0);
+		if (is_gap(n)) {
+			struct hbm_keep k = keep_of(h, i);
+			discard_pages(h, k.lo.a, k.lo.b, n->a, n->b);
+			discard_pages(h, k.hi.a, k.hi.b, n->a, n->b);
+			keep_set(h, i, keep_none);
 		}
 	}
 }
@@ -569,9 +632,9 @@ int hbm_alloc(struct hbm *h, int64_t size, struct hbm_buffer *out, struct status
 		i = node_new(h, at, node(h, g)->b, false, g);
 	if (i != g) {
 		gap_resize(h, g, node(h, g)->a, at);
-		hull_clip(h, g);
+		keep_clip(h, g);
 	} else {
-		hull_set(h, g, 0, 0);
+		keep_set(h, g, keep_none);
 		gap_remove(h, g);
 		node(h, g)->left = -1; /* a buffer now */
 	}
@@ -637,9 +700,9 @@ int hbm_reserve_bottom(struct hbm *h, int64_t size, struct status *st)
 	int g = h->first;
 	if (node(h, g)->b > need) {
 		gap_resize(h, g, need, node(h, g)->b);
-		hull_clip(h, g);
+		keep_clip(h, g);
 	} else {
-		hull_set(h, g, 0, 0);
+		keep_set(h, g, keep_none);
 		gap_remove(h, g);
 		node_unlink(h, g);
 	}
@@ -667,7 +730,7 @@ void hbm_release_reservation(struct hbm *h)
 		gap_add(h, g);
 	}
 	h->spare = 0;
-	hull_add(h, g, 0, was);
+	keep_add(h, g, 0, was);
 	retain_or_return(h, g);
 }
 

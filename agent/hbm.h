@@ -50,7 +50,7 @@ _Static_assert(sizeof(struct hbm_node) == 32, "two heap nodes to a cache line");
  * went back to the system is a page fault, and on a virtual machine that can cost several
  * microseconds a page: more than moving its bytes. So freed bytes keep their pages up to the
  * heap's budget (hbm_set_retain), the newest given back first; the lowest bytes of the bottom
- * gap (the next reservation's) and the highest of the others (the next buffers') are kept. The
+ * gap (the next reservation's) and the highest of every gap (the next buffers') are kept. The
  * agent returns them all once its cores are idle (device_return_idle_memory).
  */
 #define HBM_RETAIN_BYTES ((int64_t)1 << 20)
@@ -62,7 +62,7 @@ _Static_assert(sizeof(struct hbm_node) == 32, "two heap nodes to a cache line");
 
 struct hbm {
 	int64_t capacity;
-	int64_t retained;     /* the gaps' hulls: at least the freed bytes whose pages are kept */
+	int64_t retained;     /* the gaps' spans: at least the freed bytes whose pages are kept */
 	int64_t retain_limit; /* what retained may reach (HBM_RETAIN_BYTES unless set) */
 
 	unsigned char *base; /* NULL under --backing none */
@@ -72,9 +72,14 @@ struct hbm {
 	 * fit, and a buffer is named by its node (struct hbm_buffer).
 	 */
 	struct hbm_node *nodes;
-	/* With backing, beside each node: a gap's hull of the pages it may still have committed. */
+	/*
+	 * With backing, beside each node: a gap's two spans, low and high, that bound the pages it
+	 * may still have committed.
+	 */
 	struct hbm_keep {
-		int64_t a, b;
+		struct hbm_span {
+			int64_t a, b;
+		} lo, hi;
 	} * keep;
 	int num_nodes, cap_nodes;
 	int free_node; /* a free list through next */

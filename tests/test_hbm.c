@@ -250,6 +250,56 @@ static void test_backing_holds_bytes(void **state)
 	hbm_destroy(&h);
 }
 
+/*
+ * A step's pattern: the reservation at the bottom and an output near the top are both freed
+ * between steps; both keep their pages (not the untouched bytes between them), and the next
+ * step's reservation and output take them again.
+ */
+static void test_backing_keeps_both_ends(void **state)
+{
+	struct hbm h;
+	struct status st;
+	assert_int_equal(hbm_init(&h, 256 * MiB, true, &st), ST_OK);
+	hbm_set_retain(&h, 8 * MiB);
+	struct hbm_buffer x, y;
+	assert_int_equal(hbm_alloc(&h, 256 * 1024, &x, &st), ST_OK); /* an input, at the top */
+	assert_int_equal(hbm_reserve_bottom(&h, 4 * MiB, &st), ST_OK);
+	assert_int_equal(hbm_alloc(&h, MiB, &y, &st), ST_OK); /* the step's output */
+	unsigned char *r = hbm_ptr(&h, 0), *q = hbm_ptr(&h, y.offset);
+	memset(r, 0xee, (size_t)(4 * MiB));
+	memset(q, 0xcd, (size_t)MiB);
+	hbm_release_reservation(&h);
+	assert_int_equal(h.retained, 4 * MiB);
+	hbm_free(&h, y); /* one gap from 0 to x now */
+	assert_int_equal(h.retained, 5 * MiB);
+	assert_int_equal(r[0], 0xee);
+	assert_int_equal(r[4 * MiB - 1], 0xee);
+	assert_int_equal(q[0], 0xcd);
+	assert_int_equal(q[MiB - 1], 0xcd);
+	/* The next step takes both again. */
+	assert_int_equal(hbm_reserve_bottom(&h, 4 * MiB, &st), ST_OK);
+	assert_int_equal(h.retained, MiB);
+	assert_int_equal(hbm_alloc(&h, MiB, &y, &st), ST_OK);
+	assert_ptr_equal(hbm_ptr(&h, y.offset), q);
+	assert_int_equal(h.retained, 0);
+	/* Past the budget the bottom gap keeps its lowest bytes first, then its highest. */
+	hbm_release_reservation(&h);
+	hbm_set_retain(&h, 4 * MiB + MiB / 2);
+	hbm_free(&h, y);
+	assert_int_equal(h.retained, 4 * MiB + MiB / 2);
+	assert_int_equal(r[4 * MiB - 1], 0xee);
+	assert_int_equal(q[MiB - 1], 0xcd);
+	assert_int_equal(q[MiB / 2], 0xcd);
+	assert_int_equal(q[MiB / 2 - 1], 0);
+	hbm_return_free_pages(&h);
+	assert_int_equal(h.retained, 0);
+	assert_int_equal(r[0], 0);
+	assert_int_equal(q[MiB - 1], 0);
+	hbm_free(&h, x);
+	hbm_destroy(&h);
+	(void)state;
+}
+
 /* The heap's rules written plainly (sorted blocks, linear scans): the reference. */
 struct model {
 	int64_t cap, reserved, off[4096], size[4096];
@@ -387,6 +437,7 @@ int main(void)
 	    cmocka_unit_test(test_statistics),
 	    cmocka_unit_test(test_releasing_a_reservation_needs_nothing),
 	    cmocka_unit_test(test_backing_holds_bytes),
+	    cmocka_unit_test(test_backing_keeps_both_ends),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
