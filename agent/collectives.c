@@ -682,6 +682,8 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	s->micros[c->local * s->num_colls + s->coll_of_node[node]] +=
 	    (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+	s->ended_micros[c->local * s->num_colls + s->coll_of_node[node]] =
+	    (int64_t)t1.tv_sec * 1000000 + t1.tv_nsec / 1000;
 	if (rv != ST_OK)
 		status_set(st, rv, "%s (node %d, %s) on core %d: %s", n->opcode,
 		           step_source_node(s, node), sched->algorithm, c->ordinal, st->message);

@@ -83,6 +83,12 @@ struct pe_client {
 	int64_t *coll_micros;
 	char **coll_algorithms;
 	int64_t *coll_scratch;
+	/* Per collective and core: when it started and ended (agent clock, microseconds). */
+	struct coll_on_core {
+		int k, ordinal;
+		int64_t start, end;
+	} * coll_on_core;
+	size_t num_coll_on_core;
 	pe_receive_info receive; /* the last step's receive slots */
 };
 

@@ -230,6 +230,7 @@ void pe_disconnect(pe_client *c)
 	free(c->coll_micros);
 	free(c->coll_algorithms);
 	free(c->coll_scratch);
+	free(c->coll_on_core);
 	free(c);
 }
 

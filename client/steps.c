@@ -41,11 +41,14 @@ static void record_collectives(pe_client *c, const int *colls, int n, const Pode
 	free(c->coll_micros);
 	free(c->coll_algorithms);
 	free(c->coll_scratch);
+	free(c->coll_on_core);
 	c->coll_micros = calloc((size_t)n + 1, sizeof(int64_t));
 	c->coll_algorithms = calloc((size_t)n + 1, sizeof(char *));
 	c->coll_scratch = calloc((size_t)n + 1, sizeof(int64_t));
+	c->coll_on_core = calloc(rep->n_timings + 1, sizeof(*c->coll_on_core));
 	c->num_colls = 0;
-	if (!c->coll_micros || !c->coll_algorithms || !c->coll_scratch)
+	c->num_coll_on_core = 0;
+	if (!c->coll_micros || !c->coll_algorithms || !c->coll_scratch || !c->coll_on_core)
 		return;
 	for (int k = 0; k < n; k++) {
 		int i = colls[k];
@@ -55,6 +58,8 @@ static void record_collectives(pe_client *c, const int *colls, int n, const Pode
 				continue;
 			if (ct->micros > c->coll_micros[k])
 				c->coll_micros[k] = ct->micros;
+			c->coll_on_core[c->num_coll_on_core++] = (struct coll_on_core){
+			    k, ct->ordinal, ct->ended_micros - ct->micros, ct->ended_micros};
 			if (c->coll_algorithms[k] == NULL)
 				c->coll_algorithms[k] = arena_strdup(c->long_arena, ct->algorithm);
 		}
@@ -81,6 +86,33 @@ int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **algorit
 			algorithms[k] = c->coll_algorithms[k] ? c->coll_algorithms[k] : "";
 	}
 	return c->num_colls;
+}
+
+int64_t pe_last_step_collectives_span(pe_client *c, int first, int last)
+{
+	if (first < 0 || last < first || last >= c->num_colls)
+		return -1;
+	int cores = 0;
+	for (size_t i = 0; i < c->num_coll_on_core; i++)
+		if (c->coll_on_core[i].ordinal >= cores)
+			cores = c->coll_on_core[i].ordinal + 1;
+	int64_t *start = malloc(((size_t)cores + 1) * sizeof(int64_t));
+	if (start == NULL)
+		return -1;
+	for (int r = 0; r < cores; r++)
+		start[r] = INT64_MIN;
+	for (size_t i = 0; i < c->num_coll_on_core; i++)
+		if (c->coll_on_core[i].k == first && c->coll_on_core[i].ordinal >= 0)
+			start[c->coll_on_core[i].ordinal] = c->coll_on_core[i].start;
+	int64_t span = -1;
+	for (size_t i = 0; i < c->num_coll_on_core; i++) {
+		const struct coll_on_core *e = &c->coll_on_core[i];
+		if (e->k == last && e->ordinal >= 0 && start[e->ordinal] != INT64_MIN &&
+		    e->end - start[e->ordinal] > span)
+			span = e->end - start[e->ordinal];
+	}
+	free(start);
+	return span;
 }
 
 int64_t pe_last_step_scratch_bytes(pe_client *c, int k)

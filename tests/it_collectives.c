@@ -427,7 +427,15 @@ static void test_zero_size_and_scratch(void **state)
 	pe_tensor *g = pe_all_gather(v, 0);
 	pe_tensor *s = pe_all_reduce(v, PE_REDUCE_SUM, 1.0, NULL);
 	assert_int_equal(pe_mark_step(c), PE_OK);
-	assert_int_equal(pe_last_step_collectives(c, NULL, NULL, 0), 2);
+	int64_t micros[2];
+	assert_int_equal(pe_last_step_collectives(c, micros, NULL, 2), 2);
+	/* One collective's span is its slowest core's time; two's covers each. */
+	assert_int_equal(pe_last_step_collectives_span(c, 0, 0), micros[0]);
+	assert_int_equal(pe_last_step_collectives_span(c, 1, 1), micros[1]);
+	int64_t span = pe_last_step_collectives_span(c, 0, 1);
+	assert_true(span >= micros[0] && span >= micros[1]);
+	assert_int_equal(pe_last_step_collectives_span(c, 1, 0), -1);
+	assert_int_equal(pe_last_step_collectives_span(c, 0, 2), -1);
 	assert_int_equal(pe_last_step_scratch_bytes(c, 0), 0);
 	const char *forced = getenv("PODEMU_COLLECTIVE_ALGO");
 	int doubling = forced != NULL && strcmp(forced, "recursive-doubling") == 0;

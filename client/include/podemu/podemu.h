@@ -259,6 +259,13 @@ PE_API pe_tensor *pe_collective_permute(pe_tensor *a, const int64_t *pairs, int 
  */
 PE_API int pe_last_step_collectives(pe_client *c, int64_t *micros, const char **algorithms,
                                     int max);
+/*
+ * The span of the last step's collectives first..last (recording order) on its slowest core:
+ * from the start of first to the end of last, in microseconds, as nccl-tests times a loop of
+ * collectives on each rank. Unlike the sum of pe_last_step_collectives' times, a core's wait
+ * for a slower one is counted once. Negative when there is no such collective.
+ */
+PE_API int64_t pe_last_step_collectives_span(pe_client *c, int first, int last);
 /* Collective scratch the last step reserved per core for its k-th collective, in bytes. */
 PE_API int64_t pe_last_step_scratch_bytes(pe_client *c, int k);
 
