@@ -66,6 +66,11 @@ def test_upload_per_core_and_collectives(pod):
     colls = pod.last_step_collectives()  # per collective: time, algorithm, scratch
     assert len(colls) == 4 and all(a for _, a, _ in colls), colls
     assert any(scratch > 0 for _, _, scratch in colls), colls  # the reducing ones
+    span = pod.last_step_collectives_span(0, 3)  # the four on the slowest core
+    assert span >= max(t for t, _, _ in colls), (span, colls)
+    assert pod.last_step_collectives_span(2, 2) == colls[2][0]
+    with pytest.raises(IndexError):
+        pod.last_step_collectives_span(3, 4)
 
 
 def test_groups_and_mesh(pod):

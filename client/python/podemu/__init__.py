@@ -383,6 +383,14 @@ class Pod:
         return [(micros[k], (algos[k] or b"").decode(),
                  lib.pe_last_step_scratch_bytes(self._client(), k)) for k in range(min(got, n))]
 
+    def last_step_collectives_span(self, first, last):
+        """Microseconds from the start of the last step's collective `first` to the end of
+        collective `last` on its slowest core (as nccl-tests times a loop on each rank)."""
+        span = lib.pe_last_step_collectives_span(self._client(), first, last)
+        if span < 0:
+            raise IndexError(f"no collectives {first}..{last} in the last step")
+        return span
+
     # ---- memory ----
     def memory_info(self, ordinal=None):
         """One core's statistics as a dict (torch_xla's bytes_used, bytes_limit,

@@ -106,6 +106,7 @@ _declare("pe_opaque_tuple", ctypes.c_int, P, ctypes.c_char_p, ctypes.c_int,
          ctypes.POINTER(ctypes.c_int), ctypes.POINTER(c_int64_p), ctypes.POINTER(ctypes.c_int),
          ctypes.POINTER(P), ctypes.c_int, ctypes.POINTER(P))
 _declare("pe_last_step_scratch_bytes", ctypes.c_int64, P, ctypes.c_int)
+_declare("pe_last_step_collectives_span", ctypes.c_int64, P, ctypes.c_int, ctypes.c_int)
 _declare("pe_backing", ctypes.c_char_p, P)
 _declare("pe_pad", P, P, c_int64_p, c_int64_p, c_int64_p, ctypes.c_double)
 _declare("pe_slice", P, P, c_int64_p, c_int64_p, c_int64_p)
