@@ -680,10 +680,12 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 	free(r.posts);
 	free(r.receives);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	s->micros[c->local * s->num_colls + s->coll_of_node[node]] +=
-	    (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
-	s->ended_micros[c->local * s->num_colls + s->coll_of_node[node]] =
-	    (int64_t)t1.tv_sec * 1000000 + t1.tv_nsec / 1000;
+	size_t at = (size_t)c->local * (size_t)s->num_colls + (size_t)s->coll_of_node[node];
+	int64_t started = (int64_t)t0.tv_sec * 1000000 + t0.tv_nsec / 1000;
+	s->ended_micros[at] = (int64_t)t1.tv_sec * 1000000 + t1.tv_nsec / 1000;
+	s->micros[at] += s->ended_micros[at] - started;
+	if (s->started_micros[at] == 0)
+		s->started_micros[at] = started;
 	if (rv != ST_OK)
 		status_set(st, rv, "%s (node %d, %s) on core %d: %s", n->opcode,
 		           step_source_node(s, node), sched->algorithm, c->ordinal, st->message);

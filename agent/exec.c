@@ -483,6 +483,8 @@ static int step_timings(struct device *dev, struct step *s, struct arena *a,
 			t->node = step_source_node(s, (int)i);
 			t->ordinal = dev->cores[c].ordinal;
 			t->micros = s->micros[c * s->num_colls + s->coll_of_node[i]];
+			t->started_micros =
+			    s->started_micros[c * s->num_colls + s->coll_of_node[i]];
 			t->ended_micros = s->ended_micros[c * s->num_colls + s->coll_of_node[i]];
 			t->algorithm =
 			    arena_strdup(a, s->sched[c][i] ? s->sched[c][i]->algorithm : "");

@@ -379,6 +379,14 @@ static int64_t span_len(struct hbm_span s)
 	return span_empty(s) ? 0 : s.b - s.a;
 }
 
+/* s within segment n ({0, 0} when nothing of it is). */
+static struct hbm_span span_clip(struct hbm_span s, const struct hbm_node *n)
+{
+	s.a = s.a > n->a ? s.a : n->a;
+	s.b = s.b < n->b ? s.b : n->b;
+	return span_empty(s) ? (struct hbm_span){0, 0} : s;
+}
+
 static const struct hbm_keep keep_none = {{0, 0}, {0, 0}};
 
 /* Gap g's spans: none without backing. */
@@ -395,13 +403,7 @@ static void keep_set(struct hbm *h, int g, struct hbm_keep k)
 	const struct hbm_node *n = node(h, g);
 	struct hbm_keep *was = &h->keep[g - 1];
 	h->retained -= span_len(was->lo) + span_len(was->hi);
-	struct hbm_span *s[2] = {&k.lo, &k.hi};
-	for (int i = 0; i < 2; i++) {
-		s[i]->a = s[i]->a > n->a ? s[i]->a : n->a;
-		s[i]->b = s[i]->b < n->b ? s[i]->b : n->b;
-		if (span_empty(*s[i]))
-			*s[i] = (struct hbm_span){0, 0};
-	}
+	k = (struct hbm_keep){span_clip(k.lo, n), span_clip(k.hi, n)};
 	if (span_empty(k.lo))
 		k = (struct hbm_keep){k.hi, {0, 0}};
 	*was = k;

@@ -292,10 +292,12 @@ static int step_build(struct device *dev, struct step *s, const Podemu__Program 
 	s->posts = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->posts));
 	s->micros = arena_calloc(s->arena, (size_t)dev->cores_per_host * (size_t)(s->num_colls + 1),
 	                         sizeof(int64_t));
-	s->ended_micros = arena_calloc(
-	    s->arena, (size_t)dev->cores_per_host * (size_t)(s->num_colls + 1), sizeof(int64_t));
+	size_t per_core_coll = (size_t)dev->cores_per_host * (size_t)(s->num_colls + 1);
+	s->started_micros = arena_calloc(s->arena, per_core_coll, sizeof(int64_t));
+	s->ended_micros = arena_calloc(s->arena, per_core_coll, sizeof(int64_t));
 	s->sched = arena_calloc(s->arena, (size_t)dev->cores_per_host, sizeof(*s->sched));
-	if (!s->inbox || !s->posts || !s->micros || !s->ended_micros || !s->sched)
+	if (!s->inbox || !s->posts || !s->micros || !s->started_micros || !s->ended_micros ||
+	    !s->sched)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	for (int c = 0; c < dev->cores_per_host; c++)
 		if ((s->sched[c] = arena_calloc(s->arena, n, sizeof(**s->sched))) == NULL)

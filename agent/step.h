@@ -94,9 +94,10 @@ struct step {
 	struct inbox_entry **inbox; /* [core] */
 	struct recv_posts *posts;   /* [core] */
 	int64_t *micros;            /* [core * num_colls] */
-	int64_t *ended_micros;      /* [core * num_colls]: the monotonic clock at the last end */
-	int *fusion_head;           /* [node]: first node fused into it, or -1 */
-	int *fusion_next;           /* [node]: the next node of the same fusion, or -1 */
+	/* [core * num_colls]: the monotonic clock at the first start and the last end (µs) */
+	int64_t *started_micros, *ended_micros;
+	int *fusion_head; /* [node]: first node fused into it, or -1 */
+	int *fusion_next; /* [node]: the next node of the same fusion, or -1 */
 	struct receive_slots receive;
 };
 

@@ -83,7 +83,7 @@ struct pe_client {
 	int64_t *coll_micros;
 	char **coll_algorithms;
 	int64_t *coll_scratch;
-	/* Per collective and core: when it started and ended (agent clock, microseconds). */
+	/* Per collective and core: when it first started and last ended (agent clock, µs). */
 	struct coll_on_core {
 		int k, ordinal;
 		int64_t start, end;

@@ -59,7 +59,7 @@ static void record_collectives(pe_client *c, const int *colls, int n, const Pode
 			if (ct->micros > c->coll_micros[k])
 				c->coll_micros[k] = ct->micros;
 			c->coll_on_core[c->num_coll_on_core++] = (struct coll_on_core){
-			    k, ct->ordinal, ct->ended_micros - ct->micros, ct->ended_micros};
+			    k, ct->ordinal, ct->started_micros, ct->ended_micros};
 			if (c->coll_algorithms[k] == NULL)
 				c->coll_algorithms[k] = arena_strdup(c->long_arena, ct->algorithm);
 		}

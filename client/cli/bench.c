@@ -236,22 +236,16 @@ static int run_one(pe_client *c, const struct bench_options *o, const struct ben
 		}
 	}
 
-	int64_t *micros = calloc((size_t)total, sizeof(int64_t));
 	const char **algos = calloc((size_t)total, sizeof(char *));
-	pe_last_step_collectives(c, micros, algos, total);
+	pe_last_step_collectives(c, NULL, algos, total);
 	/*
 	 * The timed iterations' span on the slowest core, as nccl-tests times its loop on each
 	 * rank: summing each collective's slowest core would count twice a core's wait for another
 	 * that was still in the collective before.
 	 */
-	double total_us = (double)pe_last_step_collectives_span(c, o->warmup, total - 1);
-	if (total_us < 0) { /* no core reported its times */
-		total_us = 0;
-		for (int it = o->warmup; it < total; it++)
-			total_us += (double)micros[it];
-	}
-	const char *algo = algos[total - 1] ? algos[total - 1] : "";
-	free(micros);
+	int64_t span = pe_last_step_collectives_span(c, o->warmup, total - 1);
+	double total_us = span > 0 ? (double)span : 0; /* 0: no core reported its times */
+	const char *algo = algos != NULL && algos[total - 1] ? algos[total - 1] : "";
 	free(algos);
 
 	row->op = op;
