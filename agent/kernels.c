@@ -617,12 +617,13 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 	}
 }
 
-void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, int64_t nbytes)
+void kernel_accumulate(int dtype, enum reducer red, void *restrict dst, const void *restrict src,
+                       int64_t nbytes)
 {
 	int64_t n = nbytes / (int64_t)dtype_size(dtype);
 	if (dtype == DT_F32) {
-		float *d = dst;
-		const float *s = src;
+		float *restrict d = dst;
+		const float *restrict s = src;
 		switch (red) {
 		case RED_ADD:
 			for (int64_t i = 0; i < n; i++)
@@ -645,8 +646,8 @@ void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, 
 		}
 	}
 	if (dtype == DT_BF16) {
-		uint16_t *d = dst;
-		const uint16_t *s = src;
+		uint16_t *restrict d = dst;
+		const uint16_t *restrict s = src;
 		for (int64_t i = 0; i < n; i++) {
 			float x = dtype_bf16_to_f32(d[i]), y = dtype_bf16_to_f32(s[i]), r = x;
 			if (red == RED_ADD)

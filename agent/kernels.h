@@ -30,8 +30,9 @@ int kernel_run(const struct kernel_call *k, struct status *st);
 /*
  * dst[i] = dst[i] (op) src[i] for the nbytes / element-size elements of dtype: the reduction
  * step of the reducing collectives. Integers wrap, pred and/or are logical, NaN propagates
- * through max and min.
+ * through max and min. dst and src do not overlap.
  */
-void kernel_accumulate(int dtype, enum reducer red, void *dst, const void *src, int64_t nbytes);
+void kernel_accumulate(int dtype, enum reducer red, void *restrict dst, const void *restrict src,
+                       int64_t nbytes);
 
 #endif
