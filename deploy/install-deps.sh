@@ -22,6 +22,8 @@ if [ "${1:-}" != "--build" ]; then
 		prometheus chromium
 		# the image test: podman (chroot isolation, no daemon) and a Debian 12 base from debootstrap
 		podman debootstrap
+		# Open MPI, the reference bench/versus_mpi.sh measures podemu against (and its test)
+		libopenmpi-dev openmpi-bin
 	)
 fi
 

@@ -1,0 +1,83 @@
+#!/bin/bash
+# podemu's collectives against Open MPI's on this machine, side by side: ROUNDS rounds, each a
+# fresh local pod running `podemu bench --check` and then `mpirun` running podemu-mpi-bench
+# over the same ops and sizes, alternating so that both see the same machine. Prints each
+# row's median busbw (GB/s) with every round's, and the ratio of the medians.
+#
+#   bench/versus_mpi.sh [BIN_DIR] [tcp|shm] [ROUNDS]     (default: build/bin tcp 3)
+#
+#   tcp: 4 agents x 1 core over TCP loopback against 4 ranks over `--mca btl tcp,self`
+#   shm: 1 agent x 8 cores against 8 ranks over shared memory, `--mca btl vader,self`
+#
+# BENCH_ARGS replaces the common bench options (default: all-gather, reduce-scatter and
+# all-reduce from 1M to 64M, factor 4, 20 iterations). Needs Open MPI (`apt-get install
+# libopenmpi-dev openmpi-bin`) before building, so that podemu-mpi-bench exists.
+set -u
+bin=${1:-build/bin}
+setting=${2:-tcp}
+rounds=${3:-3}
+args=${BENCH_ARGS:---op all-gather,reduce-scatter,all-reduce --min-bytes 1M --max-bytes 64M --factor 4 --iters 20}
+case $setting in
+tcp) up=(--hosts 4 --cores-per-host 1) mpi=(-np 4 --mca btl tcp,self) ;;
+shm) up=(--hosts 1 --cores-per-host 8) mpi=(-np 8 --mca btl vader,self) ;;
+*)
+	echo "usage: bench/versus_mpi.sh [BIN_DIR] [tcp|shm] [ROUNDS]" >&2
+	exit 2
+	;;
+esac
+if [[ ! -x $bin/podemu-mpi-bench ]] || ! command -v mpirun >/dev/null; then
+	echo "bench/versus_mpi.sh: needs mpirun and $bin/podemu-mpi-bench (install Open MPI, rebuild)" >&2
+	exit 2
+fi
+root=()
+[[ $(id -u) == 0 ]] && root=(--allow-run-as-root)
+state=$(mktemp -d /tmp/podemu-versus-XXXXXX)
+trap '"$bin/podemu" down --state-dir "$state/pod" >/dev/null 2>&1 || true; rm -rf "$state"' EXIT
+
+for r in $(seq 1 "$rounds"); do
+	mkdir -p "$state/pod"
+	"$bin/podemu" up --state-dir "$state/pod" "${up[@]}" --hbm 2G --port 0 >/dev/null || exit 1
+	# shellcheck disable=SC2086
+	"$bin/podemu" bench --state-dir "$state/pod" $args --check >"$state/podemu.$r" || exit 1
+	"$bin/podemu" down --state-dir "$state/pod" >/dev/null
+	# shellcheck disable=SC2086
+	mpirun "${root[@]}" --oversubscribe "${mpi[@]}" "$bin/podemu-mpi-bench" $args \
+		>"$state/mpi.$r" 2>"$state/mpi.err" || {
+		cat "$state/mpi.err" >&2
+		exit 1
+	}
+	echo "round $r of $rounds done" >&2
+done
+
+python3 - "$state" "$rounds" "$setting" <<'PY'
+import statistics, sys
+
+state, rounds, setting = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def rows(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 6 and not line.startswith("#"):
+            out[(f[0], int(f[1]))] = (float(f[5]), f[8] if len(f) > 8 else "",
+                                      f[9] if len(f) > 9 else "")
+    return out
+
+pod = [rows(f"{state}/podemu.{r}") for r in range(1, rounds + 1)]
+mpi = [rows(f"{state}/mpi.{r}") for r in range(1, rounds + 1)]
+print(f"# {setting}: {rounds} alternating rounds, busbw in GB/s, median (every round)")
+print("| op | size | podemu | Open MPI | podemu / MPI | algorithm |")
+print("|---|---|---|---|---|---|")
+for key in pod[0]:
+    op, size = key
+    p = [x[key][0] for x in pod if key in x]
+    m = [x[key][0] for x in mpi if key in x]
+    checks = {x[key][1] for x in pod if key in x}
+    algos = sorted({x[key][2] for x in pod if key in x})
+    pm, mm = statistics.median(p), statistics.median(m) if m else 0.0
+    ratio = f"{pm / mm:.2f}x" if mm > 0 else "-"
+    check = "" if checks <= {"ok"} else f" (check: {', '.join(sorted(checks))})"
+    size_text = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+    print(f"| {op} | {size_text} | {pm:.3f} ({', '.join(f'{v:.3f}' for v in p)}) | "
+          f"{mm:.3f} ({', '.join(f'{v:.3f}' for v in m)}) | {ratio} | {'/'.join(algos)}{check} |")
+PY
