@@ -38,7 +38,8 @@ for r in $(seq 1 "$rounds"); do
 	mkdir -p "$state/pod"
 	"$bin/podemu" up --state-dir "$state/pod" "${up[@]}" --hbm 2G --port 0 >/dev/null || exit 1
 	# shellcheck disable=SC2086
-	"$bin/podemu" bench --state-dir "$state/pod" $args --check >"$state/podemu.$r" || exit 1
+	"$bin/podemu" bench --state-dir "$state/pod" $args --check --json >"$state/podemu.$r" ||
+		exit 1
 	"$bin/podemu" down --state-dir "$state/pod" >/dev/null
 	# shellcheck disable=SC2086
 	mpirun "${root[@]}" --oversubscribe "${mpi[@]}" "$bin/podemu-mpi-bench" $args \
@@ -50,33 +51,36 @@ for r in $(seq 1 "$rounds"); do
 done
 
 python3 - "$state" "$rounds" "$setting" <<'PY'
-import statistics, sys
+import json, statistics, sys
 
 state, rounds, setting = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
-def rows(path):
-    out = {}
-    for line in open(path):
-        f = line.split()
-        if len(f) >= 6 and not line.startswith("#"):
-            out[(f[0], int(f[1]))] = (float(f[5]), f[8] if len(f) > 8 else "",
-                                      f[9] if len(f) > 9 else "")
-    return out
+def podemu_rows(path):
+    """podemu bench --json: busbw, whether the check ran and passed, the algorithm."""
+    return {(row["op"], row["bytes"]): (row["busbw_gbps"], row["checked"] and row["ok"],
+                                        row["algorithm"])
+            for row in json.load(open(path))["rows"]}
 
-pod = [rows(f"{state}/podemu.{r}") for r in range(1, rounds + 1)]
-mpi = [rows(f"{state}/mpi.{r}") for r in range(1, rounds + 1)]
+def mpi_rows(path):
+    """podemu-mpi-bench's table: op, size, count, time, algbw, busbw."""
+    return {(f[0], int(f[1])): float(f[5])
+            for f in (line.split() for line in open(path) if not line.startswith("#"))
+            if len(f) >= 6}
+
+pod = [podemu_rows(f"{state}/podemu.{r}") for r in range(1, rounds + 1)]
+mpi = [mpi_rows(f"{state}/mpi.{r}") for r in range(1, rounds + 1)]
 print(f"# {setting}: {rounds} alternating rounds, busbw in GB/s, median (every round)")
 print("| op | size | podemu | Open MPI | podemu / MPI | algorithm |")
 print("|---|---|---|---|---|---|")
 for key in pod[0]:
     op, size = key
     p = [x[key][0] for x in pod if key in x]
-    m = [x[key][0] for x in mpi if key in x]
-    checks = {x[key][1] for x in pod if key in x}
+    m = [x[key] for x in mpi if key in x]
+    failed = sum(1 for x in pod if key in x and not x[key][1])
     algos = sorted({x[key][2] for x in pod if key in x})
     pm, mm = statistics.median(p), statistics.median(m) if m else 0.0
     ratio = f"{pm / mm:.2f}x" if mm > 0 else "-"
-    check = "" if checks <= {"ok"} else f" (check: {', '.join(sorted(checks))})"
+    check = f" (check failed in {failed} rounds)" if failed else ""
     size_text = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
     print(f"| {op} | {size_text} | {pm:.3f} ({', '.join(f'{v:.3f}' for v in p)}) | "
           f"{mm:.3f} ({', '.join(f'{v:.3f}' for v in m)}) | {ratio} | {'/'.join(algos)}{check} |")
