@@ -1,6 +1,7 @@
 /*
  * Receives a core has open in its collective, so that the data plane reads a peer's chunk
- * straight into the output: which phases may have one, and when it opens and closes.
+ * straight into the output: which phases may have one, and when it opens and closes. And
+ * which local copies may wait for idle moments, by the same rule: what later phases touch.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -43,6 +44,30 @@ static bool phase_touches(const struct run *r, const Podemu__CollPhase *ph, stru
 	       (receives && spans_meet(span_of(recv_base(r, ph), ph->recv_block), x)) ||
 	       (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE &&
 	        spans_meet(span_of(r->in, ph->combine_block), x));
+}
+
+/* True when phase ph writes any byte of span x. */
+static bool phase_writes(const struct run *r, const Podemu__CollPhase *ph, struct span x)
+{
+	bool receives = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
+	                ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO || ph->recv_peer >= 0;
+	return receives && spans_meet(span_of(recv_base(r, ph), ph->recv_block), x);
+}
+
+bool coll_copy_deferrable(const struct run *r, const Podemu__CollectiveSchedule *sched, size_t k)
+{
+	const Podemu__CollPhase *ph = sched->phases[k];
+	if (!r->dev->backed || ph->kind != PODEMU__PHASE_KIND__PHASE_COPY)
+		return false;
+	struct span to = span_of(recv_base(r, ph), ph->recv_block);
+	struct span from = span_of(send_base(r, ph), ph->send_block);
+	if (spans_meet(to, from))
+		return false;
+	for (size_t q = k + 1; q < sched->n_phases; q++)
+		if (phase_touches(r, sched->phases[q], to) ||
+		    phase_writes(r, sched->phases[q], from))
+			return false;
+	return true;
 }
 
 static void set_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag)

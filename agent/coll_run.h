@@ -42,6 +42,9 @@ struct run {
 	struct inbox_entry **posts;
 	int num_posts;
 	int cap_posts;
+	/* A local copy done piece by piece while the core would wait (coll_copy_deferrable). */
+	const Podemu__CollPhase *background;
+	int64_t background_done; /* bytes of it copied */
 };
 
 static inline int host_of(const struct run *r, int ordinal)
@@ -76,6 +79,11 @@ bool coll_placeable(const struct run *r, const Podemu__CollPhase *ph);
  * too. Their tags are the ones run_phases will count.
  */
 void coll_open_early_posts(struct run *r, const Podemu__CollectiveSchedule *sched);
+/*
+ * True when COPY phase k may run at any time before the collective ends: no later phase reads
+ * or writes its destination or writes its source (an all-gather's own block, say).
+ */
+bool coll_copy_deferrable(const struct run *r, const Podemu__CollectiveSchedule *sched, size_t k);
 /* Opens phase k's receive (tag: its count from this peer) unless it is open already. */
 void coll_open_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag);
 /*

@@ -206,8 +206,10 @@ static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 		at_once(b, first);
 		return;
 	}
+	/* The first step sends the input itself: the copy above is then free to run late. */
 	for (int s = 0; s < n - 1; s++)
-		exchange(b, (int)m[MOD(p + 1, n)], OUT, split_block(b, out, d, n, MOD(p - s, n)),
+		exchange(b, (int)m[MOD(p + 1, n)], s == 0 ? IN : OUT,
+		         s == 0 ? whole(b, in) : split_block(b, out, d, n, MOD(p - s, n)),
 		         (int)m[MOD(p - 1, n)], split_block(b, out, d, n, MOD(p - s - 1, n)), 0);
 }
 
@@ -220,13 +222,19 @@ static void all_gather_bidirectional(struct builder *b, const int64_t *m, int n,
                                      const struct shape *in, const struct shape *out)
 {
 	copy_phase(b, IN, whole(b, in), split_block(b, out, d, n, p));
+	/* The first step sends the input's halves (the input is the one block of its split). */
 	for (int s = 0; s < n - 1; s++) {
+		Podemu__CollBuffer from = s == 0 ? IN : OUT;
 		Podemu__CollPhase *ph = exchange(
-		    b, (int)m[MOD(p + 1, n)], OUT, half_block(b, out, d, n, MOD(p - s, n), 0),
+		    b, (int)m[MOD(p + 1, n)], from,
+		    s == 0 ? half_block(b, in, d, 1, 0, 0)
+		           : half_block(b, out, d, n, MOD(p - s, n), 0),
 		    (int)m[MOD(p - 1, n)], half_block(b, out, d, n, MOD(p - s - 1, n), 0), 0);
 		if (ph != NULL)
 			ph->with_next = 1;
-		exchange(b, (int)m[MOD(p - 1, n)], OUT, half_block(b, out, d, n, MOD(p + s, n), 1),
+		exchange(b, (int)m[MOD(p - 1, n)], from,
+		         s == 0 ? half_block(b, in, d, 1, 0, 1)
+		                : half_block(b, out, d, n, MOD(p + s, n), 1),
 		         (int)m[MOD(p + 1, n)], half_block(b, out, d, n, MOD(p + s + 1, n), 1), 0);
 	}
 }
