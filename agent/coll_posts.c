@@ -54,20 +54,18 @@ static bool phase_writes(const struct run *r, const Podemu__CollPhase *ph, struc
 	return receives && spans_meet(span_of(recv_base(r, ph), ph->recv_block), x);
 }
 
-bool coll_copy_deferrable(const struct run *r, const Podemu__CollectiveSchedule *sched, size_t k)
+bool coll_copy_deferrable(const struct run *r, const Podemu__CollPhase *copy)
 {
-	const Podemu__CollPhase *ph = sched->phases[k];
-	if (!r->dev->backed || ph->kind != PODEMU__PHASE_KIND__PHASE_COPY)
-		return false;
-	struct span to = span_of(recv_base(r, ph), ph->recv_block);
-	struct span from = span_of(send_base(r, ph), ph->send_block);
-	if (spans_meet(to, from))
-		return false;
-	for (size_t q = k + 1; q < sched->n_phases; q++)
-		if (phase_touches(r, sched->phases[q], to) ||
-		    phase_writes(r, sched->phases[q], from))
-			return false;
-	return true;
+	return r->dev->backed && copy->kind == PODEMU__PHASE_KIND__PHASE_COPY &&
+	       !spans_meet(span_of(recv_base(r, copy), copy->recv_block),
+	                   span_of(send_base(r, copy), copy->send_block));
+}
+
+bool coll_waits_for_copy(const struct run *r, const Podemu__CollPhase *ph,
+                         const Podemu__CollPhase *copy)
+{
+	return phase_touches(r, ph, span_of(recv_base(r, copy), copy->recv_block)) ||
+	       phase_writes(r, ph, span_of(send_base(r, copy), copy->send_block));
 }
 
 static void set_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag)

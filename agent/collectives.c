@@ -346,8 +346,8 @@ static void local_range(struct run *r, const Podemu__CollPhase *ph, int64_t pos,
 }
 
 /*
- * Goes on with the background copy, up to max bytes: what a core does instead of sleeping,
- * so that an all-gather's own block costs no time of its own. False when none is left.
+ * Goes on with the background copy, up to max bytes: what a core does instead of sleeping, so
+ * that an all-gather's own block costs no time of its own. False when none was left.
  */
 static bool background_step(struct run *r, int64_t max)
 {
@@ -364,6 +364,15 @@ static bool background_step(struct run *r, int64_t max)
 
 /* The most a background copy takes at a time: acknowledgements wait meanwhile. */
 #define BACKGROUND_PIECE ((int64_t)256 << 10)
+
+/* Finishes the background copy if one of phases k..k+count-1 needs it done. */
+static void background_settle(struct run *r, const Podemu__CollectiveSchedule *sched, size_t k,
+                              int count)
+{
+	for (int i = 0; r->background != NULL && i < count; i++)
+		if (coll_waits_for_copy(r, sched->phases[k + (size_t)i], r->background))
+			background_step(r, INT64_MAX);
+}
 
 /* One send/receive pair of a phase group, and how far it got. */
 struct leg {
@@ -665,10 +674,13 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		const Podemu__CollPhase *ph = sched->phases[k];
 		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
 		    ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
-			if (r.background == NULL && coll_copy_deferrable(&r, sched, k))
+			background_step(&r, INT64_MAX); /* one at a time */
+			if (coll_copy_deferrable(&r, ph)) {
 				r.background = ph;
-			else
+				r.background_done = 0;
+			} else {
 				local_range(&r, ph, 0, layout_len(ph->recv_block));
+			}
 			continue;
 		}
 		/* Exchanges at once (a bidirectional ring's directions, a direct algorithm's
@@ -679,11 +691,12 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		       sched->phases[k + (size_t)count]->kind != PODEMU__PHASE_KIND__PHASE_COPY &&
 		       sched->phases[k + (size_t)count]->kind != PODEMU__PHASE_KIND__PHASE_ZERO)
 			count++;
+		background_settle(&r, sched, k, count);
 		rv = run_phases(&r, (int)k, count, sched, st);
 		k += (size_t)count - 1;
 	}
-	while (rv == ST_OK && background_step(&r, INT64_MAX))
-		;
+	if (rv == ST_OK)
+		background_step(&r, INT64_MAX);
 	/* Receives of phases a failure skipped: nothing may still be read into them. */
 	for (size_t k = 0; r.receives != NULL && k < sched->n_phases; k++)
 		if (r.receives[k].open)

@@ -183,7 +183,9 @@ static void at_once(struct builder *b, size_t first)
  * All-gather in place: ring (n-1 phases of one block each), direct (every member sends its
  * input to every other, all at once), or recursive doubling for a power-of-two group (log2 n
  * phases: at distance `bit` a core swaps the 'bit' blocks it holds, a run of consecutive
- * blocks, with the core that holds the next run).
+ * blocks, with the core that holds the next run). Like every all-gather here, the first step
+ * sends the input itself rather than its copy in the output, so that the executor may copy it
+ * there while it waits for the first chunks.
  */
 static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
                        const struct shape *in, const struct shape *out, int direct, int doubling)
@@ -192,8 +194,10 @@ static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 	if (doubling) {
 		for (int bit = 1; bit < n; bit <<= 1) {
 			int partner = p ^ bit;
-			exchange(b, (int)m[partner], OUT,
-			         split_range(b, out, d, n, p & ~(bit - 1), bit), (int)m[partner],
+			exchange(b, (int)m[partner], bit == 1 ? IN : OUT,
+			         bit == 1 ? whole(b, in)
+			                  : split_range(b, out, d, n, p & ~(bit - 1), bit),
+			         (int)m[partner],
 			         split_range(b, out, d, n, partner & ~(bit - 1), bit), 0);
 		}
 		return;
@@ -206,7 +210,6 @@ static void all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 		at_once(b, first);
 		return;
 	}
-	/* The first step sends the input itself: the copy above is then free to run late. */
 	for (int s = 0; s < n - 1; s++)
 		exchange(b, (int)m[MOD(p + 1, n)], s == 0 ? IN : OUT,
 		         s == 0 ? whole(b, in) : split_block(b, out, d, n, MOD(p - s, n)),
@@ -455,8 +458,9 @@ static void all_gather_hierarchical(struct builder *b, const int64_t *local, int
 #define BLOCK(j, q) split_block(b, out, d, n, grid[MOD(j, H) * L + MOD(q, L)])
 	copy_phase(b, IN, whole(b, in), BLOCK(h, p));
 	for (int s = 0; s < H - 1; s++)
-		exchange(b, (int)across[MOD(h + 1, H)], OUT, BLOCK(h - s, p),
-		         (int)across[MOD(h - 1, H)], BLOCK(h - s - 1, p), 0);
+		exchange(b, (int)across[MOD(h + 1, H)], s == 0 ? IN : OUT,
+		         s == 0 ? whole(b, in) : BLOCK(h - s, p), (int)across[MOD(h - 1, H)],
+		         BLOCK(h - s - 1, p), 0);
 	for (int k = 1; k < L; k++)
 		for (int j = 0; j < H; j++)
 			exchange(b, (int)local[MOD(p + k, L)], OUT, BLOCK(j, p),
@@ -505,14 +509,16 @@ static void all_gather_torus(struct builder *b, const int64_t *m, int n, int p, 
 	for (int i = 0; i < k; i++) {
 		struct torus_ring t = torus_ring(p, f, below, i);
 		for (int s = 0; s < f[i] - 1; s++)
-			exchange(b, (int)m[t.next], OUT,
-			         split_range(b, out, d, n,
-			                     t.base + MOD(t.digit - s, f[i]) * below[i], below[i]),
-			         (int)m[t.prev],
-			         split_range(b, out, d, n,
-			                     t.base + MOD(t.digit - s - 1, f[i]) * below[i],
-			                     below[i]),
-			         0);
+			exchange(
+			    b, (int)m[t.next], i + s == 0 ? IN : OUT,
+			    i + s == 0
+			        ? whole(b, in)
+			        : split_range(b, out, d, n,
+			                      t.base + MOD(t.digit - s, f[i]) * below[i], below[i]),
+			    (int)m[t.prev],
+			    split_range(b, out, d, n,
+			                t.base + MOD(t.digit - s - 1, f[i]) * below[i], below[i]),
+			    0);
 	}
 }
 
