@@ -1,6 +1,6 @@
 /*
  * Which algorithm a collective goes by, and the workspace it needs on each core while it runs:
- * the rules the lowering (lower.c), the plan and the agents share.
+ * the rules the lowering (lower*.c), the plan and the agents share.
  */
 #include <string.h>
 
@@ -70,7 +70,7 @@ struct coll_workspace lower_workspace(enum opcode op, int n, int64_t in_bytes, i
 	int64_t most = op == OP_ALL_REDUCE                              ? in_bytes
 	               : op == OP_REDUCE_SCATTER || op == OP_ALL_TO_ALL ? in_bytes / n
 	                                                                : out_bytes;
-	/* A torus reduce-scatter sums the runs of its largest dimension first (lower.c). */
+	/* A torus reduce-scatter sums the runs of its largest dimension first (lower_grid.c). */
 	int f[LOWER_TORUS_DIMS_MAX], k;
 	if (op == OP_REDUCE_SCATTER && strcmp(algo, "torus") == 0 &&
 	    (k = lower_torus_dims(n, f)) > 1) {
