@@ -2,7 +2,9 @@
 # podemu's collectives against Open MPI's on this machine, side by side: ROUNDS rounds, each a
 # fresh local pod running `podemu bench --check` and then `mpirun` running podemu-mpi-bench
 # over the same ops and sizes, alternating so that both see the same machine. Prints each
-# row's median busbw (GB/s) with every round's, and the ratio of the medians.
+# row's median busbw (GB/s) with every round's, and the ratio of the medians; over TCP also
+# the busbw that loopback TCP allows 4 ranks on these CPUs at all (podemu-bench-tcp-floor,
+# once a round).
 #
 #   bench/versus_mpi.sh [BIN_DIR] [tcp|shm] [ROUNDS]     (default: build/bin tcp 3)
 #
@@ -47,6 +49,11 @@ for r in $(seq 1 "$rounds"); do
 		cat "$state/mpi.err" >&2
 		exit 1
 	}
+	# Over TCP: what loopback TCP lets any 4 ranks on these CPUs reach, this round.
+	if [[ $setting == tcp && -x $bin/podemu-bench-tcp-floor ]]; then
+		"$bin/podemu-bench-tcp-floor" 1024 4 1 | awk '/ceiling/ {print $(NF - 1)}' \
+			>"$state/ceiling.$r"
+	fi
 	echo "round $r of $rounds done" >&2
 done
 
@@ -84,4 +91,14 @@ for key in pod[0]:
     size_text = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
     print(f"| {op} | {size_text} | {pm:.3f} ({', '.join(f'{v:.3f}' for v in p)}) | "
           f"{mm:.3f} ({', '.join(f'{v:.3f}' for v in m)}) | {ratio} | {'/'.join(algos)}{check} |")
+
+ceilings = []
+for r in range(1, rounds + 1):
+    try:
+        ceilings.append(float(open(f"{state}/ceiling.{r}").read()))
+    except (OSError, ValueError):
+        pass
+if ceilings:
+    print(f"\nbusbw ceiling of loopback TCP for 4 ranks on these CPUs (podemu-bench-tcp-floor): "
+          f"{statistics.median(ceilings):.3f} ({', '.join(f'{v:.3f}' for v in ceilings)})")
 PY

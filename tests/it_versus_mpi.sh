@@ -1,6 +1,7 @@
 #!/bin/bash
 # bench/versus_mpi.sh end to end, small: one round of a 4x1 pod against Open MPI over TCP, a
-# table row for every op and size with both sides measured and podemu's check passing (the
+# table row for every op and size with both sides measured and podemu's check passing, and
+# the loopback TCP ceiling under it (the
 # script measures; this checks that it works at all). Skips where Open MPI is not installed (or
 # the build is sanitized, which leaves podemu-mpi-bench out).
 #
@@ -17,4 +18,6 @@ out=$(BENCH_ARGS="--op all-gather,all-reduce --min-bytes 64K --max-bytes 256K --
 echo "$out"
 rows=$(echo "$out" | grep -cE '^\| (all-gather|all-reduce) \| (64|256) KiB \| [0-9.]+ \(.*\) \| [0-9.]+ \(.*\) \| [0-9.]+x \| [a-z-]+ \|$')
 [[ $rows -eq 4 ]] || { echo "FAIL: $rows of 4 rows measured on both sides and checked" >&2; exit 1; }
+echo "$out" | grep -qE '^busbw ceiling of loopback TCP for 4 ranks on these CPUs .*: [0-9.]+ \([0-9.]+\)$' ||
+	{ echo "FAIL: no loopback TCP ceiling (podemu-bench-tcp-floor) under the table" >&2; exit 1; }
 echo "PASS"
