@@ -1,9 +1,9 @@
 #!/bin/bash
 # bench/versus_mpi.sh end to end, small: one round of a 4x1 pod against Open MPI over TCP, a
 # table row for every op and size with both sides measured and podemu's check passing, and
-# the loopback TCP ceiling under it (the
-# script measures; this checks that it works at all). Skips where Open MPI is not installed (or
-# the build is sanitized, which leaves podemu-mpi-bench out).
+# the loopback TCP ceiling under it (the script measures; this checks that it works at all).
+# Skips where Open MPI is not installed (or the build is sanitized, which leaves
+# podemu-mpi-bench out).
 #
 #   tests/it_versus_mpi.sh BIN_DIR
 set -euo pipefail
