@@ -92,14 +92,20 @@ void lower_reduce_scatter(struct builder *b, const int64_t *m, int n, int p, int
 
 /*
  * Direct reduce-scatter: every member sends block q of its input to member q, all at once,
- * and sums the blocks it receives into its output in the order of the members after it.
+ * and sums the blocks it receives into its output in the order of the members after it, the
+ * first (from p+1) combined with its own block as it lands, so that block is never copied.
  */
 void lower_reduce_scatter_direct(struct builder *b, const int64_t *m, int n, int p, int d,
                                  const struct shape *in, const struct shape *out)
 {
-	copy_phase(b, IN, split_block(b, in, d, n, p), whole(b, out));
+	if (n == 1) {
+		copy_phase(b, IN, split_block(b, in, d, n, p), whole(b, out));
+		return;
+	}
 	size_t first = b->n;
-	for (int k = 1; k < n; k++)
+	combine(b, (int)m[MOD(p - 1, n)], IN, split_block(b, in, d, n, MOD(p - 1, n)),
+	        (int)m[MOD(p + 1, n)], whole(b, out), split_block(b, in, d, n, p));
+	for (int k = 2; k < n; k++)
 		exchange(b, (int)m[MOD(p - k, n)], IN, split_block(b, in, d, n, MOD(p - k, n)),
 		         (int)m[MOD(p + k, n)], whole(b, out), 1);
 	at_once(b, first);
@@ -146,7 +152,8 @@ void lower_all_reduce(struct builder *b, const int64_t *m, int n, int p, const s
 /*
  * Direct all-reduce: every member sends flat block q of its input to member q, all at once,
  * and sums the blocks it receives into its own block of the output in the order of the
- * members after it (p+1, p+2, ...: the same order whoever arrives first); then it sends its
+ * members after it (p+1, p+2, ...: the same order whoever arrives first; p+1's combined with
+ * its own input block as it lands, as the direct reduce-scatter does); then it sends its
  * summed block to every other member, all at once. Two rounds instead of a ring's 2(n-1), the
  * same bytes. Sends come from the input, which only the gather half (after a drain: local
  * cores took what they were sent) overwrites when the output is the input's bytes.
@@ -154,9 +161,14 @@ void lower_all_reduce(struct builder *b, const int64_t *m, int n, int p, const s
 void lower_all_reduce_direct(struct builder *b, const int64_t *m, int n, int p,
                              const struct shape *in)
 {
-	copy_phase(b, IN, flat_block(b, in, n, p), flat_block(b, in, n, p));
+	if (n == 1) {
+		copy_phase(b, IN, whole(b, in), whole(b, in));
+		return;
+	}
 	size_t first = b->n;
-	for (int k = 1; k < n; k++)
+	combine(b, (int)m[MOD(p - 1, n)], IN, flat_block(b, in, n, MOD(p - 1, n)),
+	        (int)m[MOD(p + 1, n)], flat_block(b, in, n, p), flat_block(b, in, n, p));
+	for (int k = 2; k < n; k++)
 		exchange(b, (int)m[MOD(p - k, n)], IN, flat_block(b, in, n, MOD(p - k, n)),
 		         (int)m[MOD(p + k, n)], flat_block(b, in, n, p), 1);
 	at_once(b, first);
