@@ -1,7 +1,6 @@
 /*
  * Receives a core has open in its collective, so that the data plane reads a peer's chunk
- * straight into the output: which phases may have one, and when it opens and closes. And
- * which local copies may wait for idle moments, by the same rule: what later phases touch.
+ * straight into the output: which phases may have one, and when it opens and closes.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -44,28 +43,6 @@ static bool phase_touches(const struct run *r, const Podemu__CollPhase *ph, stru
 	       (receives && spans_meet(span_of(recv_base(r, ph), ph->recv_block), x)) ||
 	       (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE &&
 	        spans_meet(span_of(r->in, ph->combine_block), x));
-}
-
-/* True when phase ph writes any byte of span x. */
-static bool phase_writes(const struct run *r, const Podemu__CollPhase *ph, struct span x)
-{
-	bool receives = ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
-	                ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO || ph->recv_peer >= 0;
-	return receives && spans_meet(span_of(recv_base(r, ph), ph->recv_block), x);
-}
-
-bool coll_copy_deferrable(const struct run *r, const Podemu__CollPhase *copy)
-{
-	return r->dev->backed && copy->kind == PODEMU__PHASE_KIND__PHASE_COPY &&
-	       !spans_meet(span_of(recv_base(r, copy), copy->recv_block),
-	                   span_of(send_base(r, copy), copy->send_block));
-}
-
-bool coll_waits_for_copy(const struct run *r, const Podemu__CollPhase *ph,
-                         const Podemu__CollPhase *copy)
-{
-	return phase_touches(r, ph, span_of(recv_base(r, copy), copy->recv_block)) ||
-	       phase_writes(r, ph, span_of(send_base(r, copy), copy->send_block));
 }
 
 static void set_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag)

@@ -42,9 +42,6 @@ struct run {
 	struct inbox_entry **posts;
 	int num_posts;
 	int cap_posts;
-	/* A local copy done piece by piece while the core would wait, until a phase needs it. */
-	const Podemu__CollPhase *background;
-	int64_t background_done; /* bytes of it copied */
 };
 
 static inline int host_of(const struct run *r, int ordinal)
@@ -79,12 +76,6 @@ bool coll_placeable(const struct run *r, const Podemu__CollPhase *ph);
  * too. Their tags are the ones run_phases will count.
  */
 void coll_open_early_posts(struct run *r, const Podemu__CollectiveSchedule *sched);
-/* True when a COPY phase may run piece by piece while later phases go on (coll_run). */
-bool coll_copy_deferrable(const struct run *r, const Podemu__CollPhase *copy);
-/* True when phase ph may only start once the copy is done: it reads or writes the copy's
- * destination, or writes its source. */
-bool coll_waits_for_copy(const struct run *r, const Podemu__CollPhase *ph,
-                         const Podemu__CollPhase *copy);
 /* Opens phase k's receive (tag: its count from this peer) unless it is open already. */
 void coll_open_post(struct run *r, int k, const Podemu__CollPhase *ph, uint32_t tag);
 /*

@@ -325,55 +325,6 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 	}
 }
 
-/* Bytes [pos, end) of a local phase (COPY or ZERO). */
-static void local_range(struct run *r, const Podemu__CollPhase *ph, int64_t pos, int64_t end)
-{
-	if (!r->dev->backed)
-		return;
-	const Podemu__BlockLayout *dst = ph->recv_block;
-	while (pos < end) {
-		int64_t n;
-		if (ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
-			unsigned char *p = block_piece(recv_base(r, ph), dst, pos, end - pos, &n);
-			memset(p, 0, (size_t)n);
-		} else {
-			unsigned char *p =
-			    block_piece(send_base(r, ph), ph->send_block, pos, end - pos, &n);
-			seq_write(recv_base(r, ph), dst, pos, p, n);
-		}
-		pos += n;
-	}
-}
-
-/*
- * Goes on with the background copy, up to max bytes: what a core does instead of sleeping, so
- * that an all-gather's own block costs no time of its own. False when none was left.
- */
-static bool background_step(struct run *r, int64_t max)
-{
-	if (r->background == NULL)
-		return false;
-	int64_t len = layout_len(r->background->recv_block);
-	int64_t end = len - r->background_done < max ? len : r->background_done + max;
-	local_range(r, r->background, r->background_done, end);
-	r->background_done = end;
-	if (end == len)
-		r->background = NULL;
-	return true;
-}
-
-/* The most a background copy takes at a time: acknowledgements wait meanwhile. */
-#define BACKGROUND_PIECE ((int64_t)256 << 10)
-
-/* Finishes the background copy if one of phases k..k+count-1 needs it done. */
-static void background_settle(struct run *r, const Podemu__CollectiveSchedule *sched, size_t k,
-                              int count)
-{
-	for (int i = 0; r->background != NULL && i < count; i++)
-		if (coll_waits_for_copy(r, sched->phases[k + (size_t)i], r->background))
-			background_step(r, INT64_MAX);
-}
-
 /* One send/receive pair of a phase group, and how far it got. */
 struct leg {
 	int k;
@@ -500,8 +451,6 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 		}
 		if (rv != ST_OK || progress || legs_done(legs, count))
 			continue;
-		if (background_step(r, BACKGROUND_PIECE))
-			continue;
 		pthread_mutex_lock(&dev->lock);
 		int timed_out = 0;
 		while (r->c->events == gen && !timed_out && r->s->cancel_code == ST_OK)
@@ -598,6 +547,30 @@ static int finish(struct run *r, int rv, struct status *st)
 	return rv;
 }
 
+static void local_phase(struct run *r, const Podemu__CollPhase *ph)
+{
+	if (!r->dev->backed)
+		return;
+	const Podemu__BlockLayout *dst = ph->recv_block;
+	int64_t len = layout_len(dst);
+	if (ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
+		for (int64_t pos = 0; pos < len;) {
+			int64_t n;
+			unsigned char *p = block_piece(recv_base(r, ph), dst, pos, len - pos, &n);
+			memset(p, 0, (size_t)n);
+			pos += n;
+		}
+		return;
+	}
+	unsigned char *src = send_base(r, ph);
+	for (int64_t pos = 0; pos < len;) {
+		int64_t n;
+		unsigned char *p = block_piece(src, ph->send_block, pos, len - pos, &n);
+		seq_write(recv_base(r, ph), dst, pos, p, n);
+		pos += n;
+	}
+}
+
 static void apply_scale(struct run *r, const struct shape *s, double scale)
 {
 	if (!r->dev->backed || scale == 0 || scale == 1)
@@ -674,13 +647,7 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		const Podemu__CollPhase *ph = sched->phases[k];
 		if (ph->kind == PODEMU__PHASE_KIND__PHASE_COPY ||
 		    ph->kind == PODEMU__PHASE_KIND__PHASE_ZERO) {
-			background_step(&r, INT64_MAX); /* one at a time */
-			if (coll_copy_deferrable(&r, ph)) {
-				r.background = ph;
-				r.background_done = 0;
-			} else {
-				local_range(&r, ph, 0, layout_len(ph->recv_block));
-			}
+			local_phase(&r, ph);
 			continue;
 		}
 		/* Exchanges at once (a bidirectional ring's directions, a direct algorithm's
@@ -691,12 +658,9 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		       sched->phases[k + (size_t)count]->kind != PODEMU__PHASE_KIND__PHASE_COPY &&
 		       sched->phases[k + (size_t)count]->kind != PODEMU__PHASE_KIND__PHASE_ZERO)
 			count++;
-		background_settle(&r, sched, k, count);
 		rv = run_phases(&r, (int)k, count, sched, st);
 		k += (size_t)count - 1;
 	}
-	if (rv == ST_OK)
-		background_step(&r, INT64_MAX);
 	/* Receives of phases a failure skipped: nothing may still be read into them. */
 	for (size_t k = 0; r.receives != NULL && k < sched->n_phases; k++)
 		if (r.receives[k].open)

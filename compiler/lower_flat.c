@@ -8,9 +8,7 @@
  * All-gather in place: ring (n-1 phases of one block each), direct (every member sends its
  * input to every other, all at once), or recursive doubling for a power-of-two group (log2 n
  * phases: at distance `bit` a core swaps the 'bit' blocks it holds, a run of consecutive
- * blocks, with the core that holds the next run). Like every all-gather (lower_grid.c's too),
- * the first step sends the input itself rather than its copy in the output, so that the
- * executor may copy it there while it waits for the first chunks.
+ * blocks, with the core that holds the next run).
  */
 void lower_all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
                       const struct shape *in, const struct shape *out, int direct, int doubling)
@@ -19,10 +17,8 @@ void lower_all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 	if (doubling) {
 		for (int bit = 1; bit < n; bit <<= 1) {
 			int partner = p ^ bit;
-			exchange(b, (int)m[partner], bit == 1 ? IN : OUT,
-			         bit == 1 ? whole(b, in)
-			                  : split_range(b, out, d, n, p & ~(bit - 1), bit),
-			         (int)m[partner],
+			exchange(b, (int)m[partner], OUT,
+			         split_range(b, out, d, n, p & ~(bit - 1), bit), (int)m[partner],
 			         split_range(b, out, d, n, partner & ~(bit - 1), bit), 0);
 		}
 		return;
@@ -36,8 +32,7 @@ void lower_all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
 		return;
 	}
 	for (int s = 0; s < n - 1; s++)
-		exchange(b, (int)m[MOD(p + 1, n)], s == 0 ? IN : OUT,
-		         s == 0 ? whole(b, in) : split_block(b, out, d, n, MOD(p - s, n)),
+		exchange(b, (int)m[MOD(p + 1, n)], OUT, split_block(b, out, d, n, MOD(p - s, n)),
 		         (int)m[MOD(p - 1, n)], split_block(b, out, d, n, MOD(p - s - 1, n)), 0);
 }
 
@@ -50,19 +45,13 @@ void lower_all_gather_bidirectional(struct builder *b, const int64_t *m, int n, 
                                     const struct shape *in, const struct shape *out)
 {
 	copy_phase(b, IN, whole(b, in), split_block(b, out, d, n, p));
-	/* The first step sends the input's halves (the input is the one block of its split). */
 	for (int s = 0; s < n - 1; s++) {
-		Podemu__CollBuffer from = s == 0 ? IN : OUT;
 		Podemu__CollPhase *ph = exchange(
-		    b, (int)m[MOD(p + 1, n)], from,
-		    s == 0 ? half_block(b, in, d, 1, 0, 0)
-		           : half_block(b, out, d, n, MOD(p - s, n), 0),
+		    b, (int)m[MOD(p + 1, n)], OUT, half_block(b, out, d, n, MOD(p - s, n), 0),
 		    (int)m[MOD(p - 1, n)], half_block(b, out, d, n, MOD(p - s - 1, n), 0), 0);
 		if (ph != NULL)
 			ph->with_next = 1;
-		exchange(b, (int)m[MOD(p - 1, n)], from,
-		         s == 0 ? half_block(b, in, d, 1, 0, 1)
-		                : half_block(b, out, d, n, MOD(p + s, n), 1),
+		exchange(b, (int)m[MOD(p - 1, n)], OUT, half_block(b, out, d, n, MOD(p + s, n), 1),
 		         (int)m[MOD(p + 1, n)], half_block(b, out, d, n, MOD(p + s + 1, n), 1), 0);
 	}
 }

@@ -116,9 +116,8 @@ void lower_all_gather_hierarchical(struct builder *b, const int64_t *local, int 
 #define BLOCK(j, q) split_block(b, out, d, n, grid[MOD(j, H) * L + MOD(q, L)])
 	copy_phase(b, IN, whole(b, in), BLOCK(h, p));
 	for (int s = 0; s < H - 1; s++)
-		exchange(b, (int)across[MOD(h + 1, H)], s == 0 ? IN : OUT,
-		         s == 0 ? whole(b, in) : BLOCK(h - s, p), (int)across[MOD(h - 1, H)],
-		         BLOCK(h - s - 1, p), 0);
+		exchange(b, (int)across[MOD(h + 1, H)], OUT, BLOCK(h - s, p),
+		         (int)across[MOD(h - 1, H)], BLOCK(h - s - 1, p), 0);
 	for (int k = 1; k < L; k++)
 		for (int j = 0; j < H; j++)
 			exchange(b, (int)local[MOD(p + k, L)], OUT, BLOCK(j, p),
@@ -167,16 +166,14 @@ void lower_all_gather_torus(struct builder *b, const int64_t *m, int n, int p, i
 	for (int i = 0; i < k; i++) {
 		struct torus_ring t = torus_ring(p, f, below, i);
 		for (int s = 0; s < f[i] - 1; s++)
-			exchange(
-			    b, (int)m[t.next], i + s == 0 ? IN : OUT,
-			    i + s == 0
-			        ? whole(b, in)
-			        : split_range(b, out, d, n,
-			                      t.base + MOD(t.digit - s, f[i]) * below[i], below[i]),
-			    (int)m[t.prev],
-			    split_range(b, out, d, n,
-			                t.base + MOD(t.digit - s - 1, f[i]) * below[i], below[i]),
-			    0);
+			exchange(b, (int)m[t.next], OUT,
+			         split_range(b, out, d, n,
+			                     t.base + MOD(t.digit - s, f[i]) * below[i], below[i]),
+			         (int)m[t.prev],
+			         split_range(b, out, d, n,
+			                     t.base + MOD(t.digit - s - 1, f[i]) * below[i],
+			                     below[i]),
+			         0);
 	}
 }
 
