@@ -182,7 +182,11 @@ static inline void at_once(struct builder *b, size_t first)
 		b->phases[k]->with_next = 1;
 }
 
-/* The algorithms: one core's phases for a group m of n members in which it is member p. */
+/*
+ * The algorithms (lower_flat.c, lower_grid.c): each appends one core's phases to b, for a group
+ * m of n members in which the core is member p (the hierarchical ones take the group as
+ * lower_split_by_host splits it).
+ */
 void lower_all_gather(struct builder *b, const int64_t *m, int n, int p, int d,
                       const struct shape *in, const struct shape *out, int direct, int doubling);
 void lower_all_gather_bidirectional(struct builder *b, const int64_t *m, int n, int p, int d,
