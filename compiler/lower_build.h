@@ -19,14 +19,21 @@ struct builder {
 	int failed;
 };
 
+/* count zeroed objects of size bytes from the arena; NULL (and b->failed) when out of memory. */
+static inline void *builder_alloc(struct builder *b, size_t count, size_t size)
+{
+	void *p = arena_calloc(b->a, count, size);
+	if (p == NULL)
+		b->failed = 1;
+	return p;
+}
+
 static inline Podemu__BlockLayout *layout(struct builder *b, int64_t offset, int64_t row_bytes,
                                           int64_t row_stride, int64_t rows)
 {
-	Podemu__BlockLayout *l = arena_alloc(b->a, sizeof(*l));
-	if (l == NULL) {
-		b->failed = 1;
+	Podemu__BlockLayout *l = builder_alloc(b, 1, sizeof(*l));
+	if (l == NULL)
 		return NULL;
-	}
 	podemu__block_layout__init(l);
 	l->offset = offset;
 	l->row_bytes = row_bytes;
@@ -106,21 +113,17 @@ static inline Podemu__CollPhase *phase(struct builder *b, Podemu__PhaseKind kind
 {
 	if (b->n == b->cap) {
 		size_t cap = b->cap ? b->cap * 2 : 8;
-		Podemu__CollPhase **p = arena_calloc(b->a, cap, sizeof(*p));
-		if (p == NULL) {
-			b->failed = 1;
+		Podemu__CollPhase **p = builder_alloc(b, cap, sizeof(*p));
+		if (p == NULL)
 			return NULL;
-		}
 		if (b->n)
 			memcpy(p, b->phases, b->n * sizeof(*p));
 		b->phases = p;
 		b->cap = cap;
 	}
-	Podemu__CollPhase *ph = arena_alloc(b->a, sizeof(*ph));
-	if (ph == NULL) {
-		b->failed = 1;
+	Podemu__CollPhase *ph = builder_alloc(b, 1, sizeof(*ph));
+	if (ph == NULL)
 		return NULL;
-	}
 	podemu__coll_phase__init(ph);
 	ph->kind = kind;
 	ph->send_peer = -1;
