@@ -126,8 +126,9 @@ int main(int argc, char **argv)
 	long mib = argc > 1 ? atol(argv[1]) : 2048;
 	int ranks = argc > 2 ? atoi(argv[2]) : 4;
 	int rounds = argc > 3 ? atoi(argv[3]) : 3;
-	if (mib < 1 || ranks < 2 || rounds < 1 || rounds > 100) {
-		fprintf(stderr, "usage: podemu-bench-tcp-floor [MIB >= 1] [RANKS >= 2] [ROUNDS]\n");
+	if (mib < 1 || mib > (1L << 20) || ranks < 2 || rounds < 1 || rounds > 100) {
+		fprintf(stderr, "usage: podemu-bench-tcp-floor [MIB 1..1048576] [RANKS >= 2] "
+		                "[ROUNDS 1..100]\n");
 		return 2;
 	}
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
