@@ -32,7 +32,6 @@
 struct rpc_client {
 	char url[256];
 	char token[TOKEN_MAX + 1];
-	nng_stream_dialer *dialer;
 	bool wait;
 	bool tls; /* receives run on nng's threads: a cancelled TLS receive loses its bytes */
 	pthread_mutex_t lock;
@@ -82,30 +81,36 @@ int rpc_client_open(struct rpc_client **out, const char *url, bool wait, struct 
 	snprintf(c->url, sizeof(c->url), "%s", url);
 	c->wait = wait;
 	c->tls = strncmp(url, "tls+", 4) == 0;
-	if (tls_stream_dialer_create(&c->dialer, url, st) != ST_OK) {
+	/* The URL (and the TLS identity) are checked here, once; each call dials with its own. */
+	nng_stream_dialer *d;
+	if (tls_stream_dialer_create(&d, url, st) != ST_OK) {
 		free(c);
 		return st->code;
 	}
 	pthread_mutex_init(&c->lock, NULL);
+	int rv = 0;
 	if (!wait) {
 		nng_aio *aio;
-		int rv = nng_aio_alloc(&aio, NULL, NULL);
+		rv = nng_aio_alloc(&aio, NULL, NULL);
 		if (rv == 0) {
 			nng_aio_set_timeout(aio, OPEN_TIMEOUT_MS);
-			nng_stream_dialer_dial(c->dialer, aio);
+			nng_stream_dialer_dial(d, aio);
 			nng_aio_wait(aio);
 			rv = nng_aio_result(aio);
-			if (rv == 0) {
-				nng_stream *s = nng_aio_get_output(aio, 0);
+			nng_stream *s = rv == 0 ? nng_aio_get_output(aio, 0) : NULL;
+			if (s != NULL) {
 				stream_ready(s);
 				pool_put(c, s);
+			} else if (rv == 0) {
+				rv = NNG_ECONNREFUSED;
 			}
 			nng_aio_free(aio);
 		}
-		if (rv != 0) {
-			rpc_client_close(c);
-			return status_from_nng(st, rv, "cannot connect to", url);
-		}
+	}
+	nng_stream_dialer_free(d);
+	if (rv != 0) {
+		rpc_client_close(c);
+		return status_from_nng(st, rv, "cannot connect to", url);
 	}
 	*out = c;
 	return ST_OK;
@@ -117,7 +122,6 @@ void rpc_client_close(struct rpc_client *c)
 		return;
 	for (int i = 0; i < c->num_idle; i++)
 		nng_stream_free(c->idle[i]);
-	nng_stream_dialer_free(c->dialer);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -176,6 +180,13 @@ struct rpc_async {
 	nng_aio *cb_aio;   /* nng's threads drive the call through it (call_apart) */
 	nng_aio *aio;      /* the one in use */
 	enum call_stage stage;
+	/*
+	 * The call's own dialer, made at its first dial. With one per client, a dial that a
+	 * call's deadline cut short broke the next call's dial on it (nng 1.5 panicked on an aio
+	 * assertion, or reported a dial done without a stream): agents whose heartbeats timed out
+	 * while their coordinator restarted died.
+	 */
+	nng_stream_dialer *dialer;
 	nng_stream *stream; /* the call's connection (closed, not freed, when it failed) */
 	nng_stream *broken; /* an idle connection that broke: freed by rpc_finish */
 	bool reused;        /* stream served an earlier call */
@@ -234,6 +245,13 @@ static bool call_issue(struct rpc_async *x, nng_duration bound_ms)
 	}
 	if (bound_ms > 0 && (t == NNG_DURATION_INFINITE || bound_ms < t))
 		t = bound_ms;
+	struct status st;
+	if (x->stage == CALL_DIAL && x->dialer == NULL &&
+	    tls_stream_dialer_create(&x->dialer, x->c->url, &st) != ST_OK) {
+		x->dialer = NULL;
+		x->rv = NNG_EADDRINVAL;
+		return false;
+	}
 	nng_aio_set_timeout(x->aio, t);
 	if (x->cancel != NULL) {
 		/* Under the lock, so that a cancel either sees this operation or came first. */
@@ -248,7 +266,7 @@ static bool call_issue(struct rpc_async *x, nng_duration bound_ms)
 	nng_iov iov;
 	switch (x->stage) {
 	case CALL_DIAL:
-		nng_stream_dialer_dial(x->c->dialer, x->aio);
+		nng_stream_dialer_dial(x->dialer, x->aio);
 		break;
 	case CALL_PAUSE:
 		nng_sleep_aio(t == NNG_DURATION_INFINITE || t > REDIAL_MS ? REDIAL_MS : t, x->aio);
@@ -311,8 +329,9 @@ static void call_advance(struct rpc_async *x)
 	size_t n = nng_aio_count(x->aio);
 	switch (x->stage) {
 	case CALL_DIAL:
+		if (rv == 0 && (x->stream = nng_aio_get_output(x->aio, 0)) == NULL)
+			rv = NNG_ECONNREFUSED; /* a dial that succeeded without a connection */
 		if (rv == 0) {
-			x->stream = nng_aio_get_output(x->aio, 0);
 			stream_ready(x->stream);
 			x->sent = 0;
 			x->stage = CALL_SEND;
@@ -453,6 +472,8 @@ static void call_free(struct rpc_async *x)
 		nng_stream_free(x->stream);
 	if (x->broken != NULL)
 		nng_stream_free(x->broken);
+	if (x->dialer != NULL)
+		nng_stream_dialer_free(x->dialer);
 	free(x->req);
 	free(x->resp);
 	pthread_cond_destroy(&x->cv);

@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include <time.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
@@ -393,6 +395,57 @@ static void test_server_late_and_restarted(void **state)
 	rpc_client_close(g.client);
 }
 
+/* The port of url (tcp://127.0.0.1:PORT). */
+static int url_port(const char *url)
+{
+	return atoi(strrchr(url, ':') + 1);
+}
+
+/*
+ * Many calls end at their deadline while their dial is still under way (a listener on the
+ * port whose queue is full drops the SYNs), as an agent's heartbeats do while its coordinator
+ * restarts; then the server comes up on that port and the next call is answered.
+ */
+static void test_dials_cut_by_deadlines_then_server_up(void **state)
+{
+	struct fixture *f = *state;
+	struct status st;
+	struct late_server ls;
+	assert_int_equal(rpc_server_start(&ls.server, "tcp://127.0.0.1:0",
+	                                  &podemu__coordinator__descriptor, handlers, NULL, NULL,
+	                                  ls.url, &st),
+	                 ST_OK);
+	rpc_server_stop(ls.server);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(url_port(ls.url))};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int one = 1, full = socket(AF_INET, SOCK_STREAM, 0),
+	    queued = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(full >= 0 && queued >= 0);
+	setsockopt(full, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(full, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(full, 0), 0);
+	assert_int_equal(connect(queued, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	struct fixture g = *f;
+	assert_int_equal(rpc_client_open(&g.client, ls.url, true, &st), ST_OK);
+	rpc_client_set_token(g.client, "pod-secret");
+	bool known = false;
+	for (int i = 0; i < 40; i++) {
+		int rv = heartbeat(&g, 1, 42, 5 + i % 7, &known, &st);
+		assert_true(rv == ST_DEADLINE_EXCEEDED || rv == ST_UNAVAILABLE);
+	}
+	close(queued);
+	close(full);
+	assert_int_equal(rpc_server_start(&ls.server, ls.url, &podemu__coordinator__descriptor,
+	                                  handlers, NULL, "pod-secret", NULL, &st),
+	                 ST_OK);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(heartbeat(&g, 1, 42, 5000, &known, &st), ST_OK);
+		assert_true(known);
+	}
+	rpc_client_close(g.client);
+	rpc_server_stop(ls.server);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +457,7 @@ int main(void)
 	    cmocka_unit_test(test_concurrent_calls),
 	    cmocka_unit_test(test_poll_and_cancel),
 	    cmocka_unit_test(test_server_late_and_restarted),
+	    cmocka_unit_test(test_dials_cut_by_deadlines_then_server_up),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
