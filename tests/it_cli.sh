@@ -98,11 +98,21 @@ sums() {
 import json, sys
 assert [c["sum"] for c in json.load(sys.stdin)["cores"]] == [4096] * 4' || fail "demo after $1"
 }
+# podemu up ARGS starts exactly one missing process; what it said (and how it ended, and the
+# logs' last lines) in $state/up.txt.
+restart() {
+	local rc=0
+	pe up "$@" >"$state/up.txt" 2>&1 || rc=$?
+	grep -q "started the 1 missing processes" "$state/up.txt" && return 0
+	echo "podemu up exited with $rc" >>"$state/up.txt"
+	tail -n 5 "$state"/*.log >>"$state/up.txt"
+	return 1
+}
 shape=(--hosts 2 --cores-per-host 2 --hbm 1G --backing host --port 0)
 pe up "${shape[@]}" >/dev/null
 coordinator=$(cat "$state/coordinator.pid") agent0=$(cat "$state/agent-0.pid")
 kill -9 "$(cat "$state/agent-1.pid")" && gone "$(cat "$state/agent-1.pid")"
-pe up "${shape[@]}" | grep -q "started the 1 missing processes" || fail "agent not restarted"
+restart "${shape[@]}" || fail "agent not restarted: $(cat "$state/up.txt")"
 [[ $(cat "$state/coordinator.pid") == "$coordinator" && $(cat "$state/agent-0.pid") == "$agent0" ]] ||
 	fail "podemu up restarted running processes"
 # Ready means the new agent registered, not the killed one whose lease has not yet run out.
@@ -114,8 +124,8 @@ sums "an agent restart"
 agent1=$(cat "$state/agent-1.pid")
 kill -9 "$coordinator" && gone "$coordinator"
 # Another command line does not change the pod: it is restarted with the shape it had.
-pe up --topology v3-8 --backing none --port 0 | grep -q "started the 1 missing processes" ||
-	fail "coordinator not restarted"
+restart --topology v3-8 --backing none --port 0 ||
+	fail "coordinator not restarted: $(cat "$state/up.txt")"
 pe status --json | python3 -c '
 import json, sys
 s = json.load(sys.stdin)
@@ -428,7 +438,7 @@ pe up --hosts 4 --cores-per-host 1 --hbm 256M --hosts-per-agent 2 --port 0 >/dev
 	$(cat "$state/agent-0.pid") != $(cat "$state/agent-2.pid") ]] || fail "hosts per agent"
 pe status | grep -q "hosts: 4 of 4 alive in 2 agent processes" || fail "processes in status"
 kill -9 "$(cat "$state/agent-2.pid")" && gone "$(cat "$state/agent-2.pid")"
-pe up | grep -q "started the 1 missing processes" || fail "process of two hosts not restarted"
+restart || fail "process of two hosts not restarted: $(cat "$state/up.txt")"
 [[ $(cat "$state/agent-2.pid") == $(cat "$state/agent-3.pid") ]] || fail "restarted host by host"
 pe down >/dev/null
 echo "it_cli: all checks passed"
