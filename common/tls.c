@@ -142,16 +142,6 @@ static int with_tls(const char *url, nng_tls_mode mode, int (*set)(void *, nng_t
 	return ST_OK;
 }
 
-static int set_listener(void *l, nng_tls_config *cfg)
-{
-	return nng_listener_set_ptr(*(nng_listener *)l, NNG_OPT_TLS_CONFIG, cfg);
-}
-
-static int set_dialer(void *d, nng_tls_config *cfg)
-{
-	return nng_dialer_set_ptr(*(nng_dialer *)d, NNG_OPT_TLS_CONFIG, cfg);
-}
-
 static int set_stream_listener(void *l, nng_tls_config *cfg)
 {
 	return nng_stream_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
@@ -160,28 +150,6 @@ static int set_stream_listener(void *l, nng_tls_config *cfg)
 static int set_stream_dialer(void *d, nng_tls_config *cfg)
 {
 	return nng_stream_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
-}
-
-int tls_listener_create(nng_listener *l, nng_socket sock, const char *url, struct status *st)
-{
-	int rv = nng_listener_create(l, sock, url);
-	if (rv != 0)
-		return status_set(st, ST_INVALID_ARGUMENT, "cannot listen on %s: %s", url,
-		                  nng_strerror(rv));
-	if ((rv = with_tls(url, NNG_TLS_MODE_SERVER, set_listener, l, st)) != ST_OK)
-		nng_listener_close(*l);
-	return rv;
-}
-
-int tls_dialer_create(nng_dialer *d, nng_socket sock, const char *url, struct status *st)
-{
-	int rv = nng_dialer_create(d, sock, url);
-	if (rv != 0)
-		return status_set(st, ST_INVALID_ARGUMENT, "cannot dial %s: %s", url,
-		                  nng_strerror(rv));
-	if ((rv = with_tls(url, NNG_TLS_MODE_CLIENT, set_dialer, d, st)) != ST_OK)
-		nng_dialer_close(*d);
-	return rv;
 }
 
 int tls_stream_listener_create(nng_stream_listener **l, const char *url, struct status *st)
@@ -213,13 +181,6 @@ static void bound_url(char *out, const char *url, int port, bool got)
 		const char *colon = strrchr(url, ':');
 		snprintf(out, 256, "%.*s:%d", (int)(colon - url), url, port);
 	}
-}
-
-void tls_bound_url(char *out, const char *url, nng_listener l)
-{
-	int port = 0;
-	bool got = nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0;
-	bound_url(out, url, port, got);
 }
 
 void tls_stream_bound_url(char *out, const char *url, nng_stream_listener *l)

@@ -22,19 +22,14 @@ bool tls_url(const char *url);
 void tls_set_files(const char *cert, const char *key, const char *ca);
 
 /*
- * Create a listener / dialer for url on sock, with the TLS identity when url is tls+tcp://
- * (FAILED_PRECONDITION when certificate, key or CA is missing or cannot be loaded). The caller
- * starts it.
+ * A stream listener / dialer for url, with the TLS identity when url is tls+tcp://
+ * (FAILED_PRECONDITION when certificate, key or CA is missing or cannot be loaded): allocated,
+ * configured, not yet started.
  */
-int tls_listener_create(nng_listener *l, nng_socket sock, const char *url, struct status *st);
-int tls_dialer_create(nng_dialer *d, nng_socket sock, const char *url, struct status *st);
-
-/* The same for byte streams (the data plane): allocated, configured, not yet started. */
 int tls_stream_listener_create(nng_stream_listener **l, const char *url, struct status *st);
 int tls_stream_dialer_create(nng_stream_dialer **d, const char *url, struct status *st);
 
 /* For tcp:// and tls+tcp:// listeners: url with the port actually bound, into out (256 bytes). */
-void tls_bound_url(char *out, const char *url, nng_listener l);
 void tls_stream_bound_url(char *out, const char *url, nng_stream_listener *l);
 
 #endif
