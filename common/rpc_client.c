@@ -79,6 +79,23 @@ static void stream_ready(nng_stream *s)
 	nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
 }
 
+/*
+ * A finished dial's outcome: 0 with *s the connection, or nng's error. A dial reported done
+ * without a stream (nng 1.5 did, on a dialer whose earlier dial a deadline cut short) counts
+ * as refused.
+ */
+static int dial_outcome(nng_aio *aio, nng_stream **s)
+{
+	int rv = nng_aio_result(aio);
+	*s = rv == 0 ? nng_aio_get_output(aio, 0) : NULL;
+	if (rv != 0)
+		return rv;
+	if (*s == NULL)
+		return NNG_ECONNREFUSED;
+	stream_ready(*s);
+	return 0;
+}
+
 int rpc_client_open(struct rpc_client **out, const char *url, bool wait, struct status *st)
 {
 	struct rpc_client *c = calloc(1, sizeof(*c));
@@ -100,14 +117,9 @@ int rpc_client_open(struct rpc_client **out, const char *url, bool wait, struct 
 			nng_aio_set_timeout(aio, OPEN_TIMEOUT_MS);
 			nng_stream_dialer_dial(c->dialer, aio);
 			nng_aio_wait(aio);
-			rv = nng_aio_result(aio);
-			nng_stream *s = rv == 0 ? nng_aio_get_output(aio, 0) : NULL;
-			if (s != NULL) {
-				stream_ready(s);
+			nng_stream *s;
+			if ((rv = dial_outcome(aio, &s)) == 0)
 				pool_put(c, s);
-			} else if (rv == 0) {
-				rv = NNG_ECONNREFUSED;
-			}
 			nng_aio_free(aio);
 		}
 	}
@@ -232,6 +244,17 @@ static void call_broken(struct rpc_async *x, int rv)
 	x->stage = CALL_DIAL;
 }
 
+/* Makes the call's own dialer; false (x->rv set) when it cannot. */
+static bool call_dialer(struct rpc_async *x)
+{
+	struct status st;
+	if (tls_stream_dialer_create(&x->dialer, x->c->url, &st) == ST_OK)
+		return true;
+	x->dialer = NULL;
+	x->rv = NNG_EADDRINVAL;
+	return false;
+}
+
 /*
  * Starts the current stage's operation on x->aio, for at most bound_ms when that is positive;
  * false (x->rv set) when it cannot start.
@@ -249,13 +272,8 @@ static bool call_issue(struct rpc_async *x, nng_duration bound_ms)
 	}
 	if (bound_ms > 0 && (t == NNG_DURATION_INFINITE || bound_ms < t))
 		t = bound_ms;
-	struct status st;
-	if (x->stage == CALL_DIAL && x->dialer == NULL &&
-	    tls_stream_dialer_create(&x->dialer, x->c->url, &st) != ST_OK) {
-		x->dialer = NULL;
-		x->rv = NNG_EADDRINVAL;
+	if (x->stage == CALL_DIAL && x->dialer == NULL && !call_dialer(x))
 		return false;
-	}
 	nng_aio_set_timeout(x->aio, t);
 	if (x->cancel != NULL) {
 		/* Under the lock, so that a cancel either sees this operation or came first. */
@@ -333,10 +351,7 @@ static void call_advance(struct rpc_async *x)
 	size_t n = nng_aio_count(x->aio);
 	switch (x->stage) {
 	case CALL_DIAL:
-		if (rv == 0 && (x->stream = nng_aio_get_output(x->aio, 0)) == NULL)
-			rv = NNG_ECONNREFUSED; /* a dial that succeeded without a connection */
-		if (rv == 0) {
-			stream_ready(x->stream);
+		if ((rv = dial_outcome(x->aio, &x->stream)) == 0) {
 			x->sent = 0;
 			x->stage = CALL_SEND;
 		} else if (x->c->wait && rv != NNG_ECANCELED && rv != NNG_ETIMEDOUT) {

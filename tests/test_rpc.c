@@ -351,6 +351,21 @@ static void *late_server_main(void *arg)
 	return NULL;
 }
 
+/* A waiting client (with the pod's token) of a server that started on a free port and stopped. */
+static struct rpc_client *client_of_stopped_server(struct late_server *ls)
+{
+	struct status st;
+	struct rpc_client *c;
+	assert_int_equal(rpc_server_start(&ls->server, "tcp://127.0.0.1:0",
+	                                  &podemu__coordinator__descriptor, handlers, NULL, NULL,
+	                                  ls->url, &st),
+	                 ST_OK);
+	rpc_server_stop(ls->server);
+	assert_int_equal(rpc_client_open(&c, ls->url, true, &st), ST_OK);
+	rpc_client_set_token(c, "pod-secret");
+	return c;
+}
+
 /*
  * A waiting client's call reaches a server that starts after it; a client whose server
  * restarts reaches the new one with its next call.
@@ -360,14 +375,8 @@ static void test_server_late_and_restarted(void **state)
 	struct fixture *f = *state;
 	struct status st;
 	struct late_server ls;
-	assert_int_equal(rpc_server_start(&ls.server, "tcp://127.0.0.1:0",
-	                                  &podemu__coordinator__descriptor, handlers, NULL, NULL,
-	                                  ls.url, &st),
-	                 ST_OK);
-	rpc_server_stop(ls.server);
 	struct fixture g = *f;
-	assert_int_equal(rpc_client_open(&g.client, ls.url, true, &st), ST_OK);
-	rpc_client_set_token(g.client, "pod-secret");
+	g.client = client_of_stopped_server(&ls);
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, late_server_main, &ls), 0);
 	/* Its dials go on while the caller does not wait. */
@@ -411,11 +420,8 @@ static void test_dials_cut_by_deadlines_then_server_up(void **state)
 	struct fixture *f = *state;
 	struct status st;
 	struct late_server ls;
-	assert_int_equal(rpc_server_start(&ls.server, "tcp://127.0.0.1:0",
-	                                  &podemu__coordinator__descriptor, handlers, NULL, NULL,
-	                                  ls.url, &st),
-	                 ST_OK);
-	rpc_server_stop(ls.server);
+	struct fixture g = *f;
+	g.client = client_of_stopped_server(&ls);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(url_port(ls.url))};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	int one = 1, full = socket(AF_INET, SOCK_STREAM, 0),
@@ -425,9 +431,6 @@ static void test_dials_cut_by_deadlines_then_server_up(void **state)
 	assert_int_equal(bind(full, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(listen(full, 0), 0);
 	assert_int_equal(connect(queued, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	struct fixture g = *f;
-	assert_int_equal(rpc_client_open(&g.client, ls.url, true, &st), ST_OK);
-	rpc_client_set_token(g.client, "pod-secret");
 	bool known = false;
 	for (int i = 0; i < 40; i++) {
 		int rv = heartbeat(&g, 1, 42, 5 + i % 7, &known, &st);
