@@ -10,6 +10,7 @@
  *   podemu-bench-tcp-floor [MIB] [RANKS] [ROUNDS]    (default 2048 4 3)
  */
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -131,7 +132,9 @@ int main(int argc, char **argv)
 		                "[ROUNDS 1..100]\n");
 		return 2;
 	}
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	/* The CPUs this process may run on, as podemu up counts them for its agents. */
+	cpu_set_t allowed;
+	long cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
 	struct round r[100];
 	for (int i = 0; i < rounds; i++) {
 		r[i] = one_round((size_t)mib << 20);
