@@ -47,7 +47,7 @@ static void seq_reduce(int dtype, enum reducer red, unsigned char *base,
 	while (len > 0) {
 		int64_t n;
 		unsigned char *p = block_piece(base, l, pos, len, &n);
-		kernel_accumulate(dtype, red, p, src, n);
+		kernel_combine(dtype, red, p, p, src, n);
 		src += n, pos += n, len -= n;
 	}
 }
@@ -312,9 +312,7 @@ static void consume(struct run *r, const Podemu__CollPhase *ph, const struct inb
 			unsigned char *dst = block_piece(recv_base(r, ph), ph->recv_block, pos + at,
 			                                 len - at, &n_out);
 			int64_t n = n_in < n_out ? n_in : n_out;
-			if (dst != src)
-				memmove(dst, src, (size_t)n);
-			kernel_accumulate(r->dtype, r->red, dst, got + at, n);
+			kernel_combine(r->dtype, r->red, dst, src, got + at, n);
 			at += n;
 		}
 	} else if (ph->reduce) {

@@ -617,39 +617,41 @@ int kernel_run(const struct kernel_call *k, struct status *st)
 	}
 }
 
-void kernel_accumulate(int dtype, enum reducer red, void *restrict dst, const void *restrict src,
-                       int64_t nbytes)
+void kernel_combine(int dtype, enum reducer red, void *dst, const void *a, const void *restrict b,
+                    int64_t nbytes)
 {
 	int64_t n = nbytes / (int64_t)dtype_size(dtype);
 	if (dtype == DT_F32) {
-		float *restrict d = dst;
-		const float *restrict s = src;
+		/* No restrict on d and x: d may be x. GCC checks that at run time and stays SIMD.
+		 */
+		float *d = dst;
+		const float *x = a, *restrict y = b;
 		switch (red) {
 		case RED_ADD:
 			for (int64_t i = 0; i < n; i++)
-				d[i] += s[i];
+				d[i] = x[i] + y[i];
 			return;
 		case RED_MULTIPLY:
 			for (int64_t i = 0; i < n; i++)
-				d[i] *= s[i];
+				d[i] = x[i] * y[i];
 			return;
 		case RED_MAX:
 			for (int64_t i = 0; i < n; i++)
-				d[i] = (isnan(d[i]) || d[i] > s[i]) ? d[i] : s[i];
+				d[i] = (isnan(x[i]) || x[i] > y[i]) ? x[i] : y[i];
 			return;
 		case RED_MIN:
 			for (int64_t i = 0; i < n; i++)
-				d[i] = (isnan(d[i]) || d[i] < s[i]) ? d[i] : s[i];
+				d[i] = (isnan(x[i]) || x[i] < y[i]) ? x[i] : y[i];
 			return;
 		default:
 			return;
 		}
 	}
 	if (dtype == DT_BF16) {
-		uint16_t *restrict d = dst;
-		const uint16_t *restrict s = src;
+		uint16_t *d = dst;
+		const uint16_t *xs = a, *restrict ys = b;
 		for (int64_t i = 0; i < n; i++) {
-			float x = dtype_bf16_to_f32(d[i]), y = dtype_bf16_to_f32(s[i]), r = x;
+			float x = dtype_bf16_to_f32(xs[i]), y = dtype_bf16_to_f32(ys[i]), r = x;
 			if (red == RED_ADD)
 				r = x + y;
 			else if (red == RED_MULTIPLY)
@@ -666,13 +668,13 @@ void kernel_accumulate(int dtype, enum reducer red, void *restrict dst, const vo
 		int64_t x, y, r;
 		switch (dtype) {
 		case DT_S32:
-			x = ((int32_t *)dst)[i], y = ((const int32_t *)src)[i];
+			x = ((const int32_t *)a)[i], y = ((const int32_t *)b)[i];
 			break;
 		case DT_U32:
-			x = ((uint32_t *)dst)[i], y = ((const uint32_t *)src)[i];
+			x = ((const uint32_t *)a)[i], y = ((const uint32_t *)b)[i];
 			break;
 		default:
-			x = ((uint8_t *)dst)[i], y = ((const uint8_t *)src)[i];
+			x = ((const uint8_t *)a)[i], y = ((const uint8_t *)b)[i];
 			break;
 		}
 		switch (red) {

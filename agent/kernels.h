@@ -28,11 +28,11 @@ struct kernel_call {
 int kernel_run(const struct kernel_call *k, struct status *st);
 
 /*
- * dst[i] = dst[i] (op) src[i] for the nbytes / element-size elements of dtype: the reduction
- * step of the reducing collectives. Integers wrap, pred and/or are logical, NaN propagates
- * through max and min. dst and src do not overlap.
+ * dst[i] = a[i] (op) b[i] for the nbytes / element-size elements of dtype: the reduction step
+ * of the reducing collectives. Integers wrap, pred and/or are logical, NaN propagates through
+ * max and min. dst is a (a sum in place) or overlaps neither a nor b.
  */
-void kernel_accumulate(int dtype, enum reducer red, void *restrict dst, const void *restrict src,
-                       int64_t nbytes);
+void kernel_combine(int dtype, enum reducer red, void *dst, const void *a, const void *restrict b,
+                    int64_t nbytes);
 
 #endif

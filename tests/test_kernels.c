@@ -282,6 +282,40 @@ static void test_dynamic_slices(void **state)
 	            full[10] == -3 && full[11] == -4 && full[9] == 9);
 }
 
+/* The collectives' reduction step, into a third buffer and in place, over every dtype path. */
+static void test_combine(void **state)
+{
+	(void)state;
+	enum { N = 37 }; /* not a multiple of any vector width */
+	float a[N], b[N], d[N];
+	for (int i = 0; i < N; i++)
+		a[i] = (float)i, b[i] = 0.5f * (float)(N - i), d[i] = -1;
+	kernel_combine(DT_F32, RED_ADD, d, a, b, sizeof a);
+	for (int i = 0; i < N; i++)
+		assert_true(d[i] == (float)i + 0.5f * (float)(N - i) && a[i] == (float)i);
+	kernel_combine(DT_F32, RED_MULTIPLY, a, a, b, sizeof a); /* in place */
+	for (int i = 0; i < N; i++)
+		assert_true(a[i] == (float)i * 0.5f * (float)(N - i));
+
+	float x[3] = {NAN, 1, 5}, y[3] = {2, NAN, 3}, m[3];
+	kernel_combine(DT_F32, RED_MAX, m, x, y, sizeof x);
+	assert_true(isnan(m[0]) && isnan(m[1]) && m[2] == 5);
+	kernel_combine(DT_F32, RED_MIN, x, x, y, sizeof x);
+	assert_true(isnan(x[0]) && isnan(x[1]) && x[2] == 3);
+
+	uint16_t p[2] = {dtype_f32_to_bf16(1.5f), dtype_f32_to_bf16(-2)};
+	uint16_t q[2] = {dtype_f32_to_bf16(0.25f), dtype_f32_to_bf16(8)}, r[2];
+	kernel_combine(DT_BF16, RED_ADD, r, p, q, sizeof p);
+	assert_true(dtype_bf16_to_f32(r[0]) == 1.75f && dtype_bf16_to_f32(r[1]) == 6);
+
+	int32_t s[2] = {INT32_MAX, -7}, t[2] = {1, 3};
+	kernel_combine(DT_S32, RED_ADD, s, s, t, sizeof s);
+	assert_true(s[0] == INT32_MIN && s[1] == -4); /* wraps */
+	uint8_t u[3] = {1, 0, 2}, v[3] = {0, 0, 1}, w[3];
+	kernel_combine(DT_PRED, RED_OR, w, u, v, sizeof u);
+	assert_true(w[0] == 1 && w[1] == 0 && w[2] == 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +326,7 @@ int main(void)
 	    cmocka_unit_test(test_divide_logic_unary),
 	    cmocka_unit_test(test_compare_select_broadcast),
 	    cmocka_unit_test(test_dynamic_slices),
+	    cmocka_unit_test(test_combine),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
