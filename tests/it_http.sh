@@ -24,7 +24,7 @@ get() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys
 
 pe up --hosts 2 --cores-per-host 2 --hbm 256M --backing host --port 0 --http-port 0 >/dev/null
 url=$(cat "$state/http.url")
-pe status | grep -q "dashboard $url" || fail "podemu status does not name the dashboard"
+expect "dashboard $url" pe status
 pe demo --elements 4096 >/dev/null
 # Something in use on every core while Prometheus and Chromium look: a client holding 1 MiB.
 source "$(dirname "$0")/asan_env.sh"

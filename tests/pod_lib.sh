@@ -1,6 +1,7 @@
 # Shared by the shell tests: one pod in a temporary state directory, always stopped on exit.
 # Source it after setting bin (the build's bin directory) and name (the state dir's prefix);
-# then `pe CMD ARGS...` runs `podemu CMD --state-dir DIR ARGS...` and `fail WHY` exits 1.
+# then `pe CMD ARGS...` runs `podemu CMD --state-dir DIR ARGS...`, `fail WHY` exits 1 and
+# `expect PATTERN CMD ARGS...` fails unless CMD succeeds and prints a line matching PATTERN.
 state=$(mktemp -d "/tmp/podemu-$name-XXXXXX")
 cleanup() {
 	# Should `podemu down` itself fail (a binary rebuilt under the test, say), its pid files
@@ -17,4 +18,12 @@ pe() { "$bin/podemu" "$1" --state-dir "$state" "${@:2}"; }
 fail() {
 	echo "FAIL: $*" >&2
 	exit 1
+}
+# Not `CMD | grep -q`: grep leaves early, and a crash shows neither its signal nor its output.
+expect() {
+	local pattern=$1 out rc=0
+	shift
+	out=$("$@" 2>&1) || rc=$?
+	((rc == 0)) || fail "$* exited with status $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))"): $out"
+	grep -Eq -- "$pattern" <<<"$out" || fail "$* printed no line matching '$pattern': $out"
 }
