@@ -212,42 +212,16 @@ static int mark_donors(Podemu__Graph *g, const Podemu__StepRequest *req, struct 
  * prepares, all cores or none allocating, then runs; a host that fails has the others aborted).
  * *ran tells whether agents got the step (they then released release_after themselves).
  */
-static int execute_locked(struct coordinator *co, struct arena *a, const Podemu__StepRequest *req,
-                          Podemu__StepReply *rep, struct rpc_client **clients, char **data_urls,
-                          bool *ran, struct step_report *report, struct status *st)
+/*
+ * Under the registry's lock: the step's session in use, each parameter's buffer found and its
+ * shape and layout taken, the outputs' handles (named by the client, or new) and the step's id.
+ */
+static int bind_buffers(struct coordinator *co, struct arena *a, Podemu__Graph *g,
+                        const struct shape *shapes, const Podemu__StepRequest *req,
+                        uint64_t *out_handles, uint64_t *step_id, struct status *st)
 {
-	const struct topology *t = &co->reg.topo;
-	int hosts = t->num_hosts, world = topology_world_size(t);
-	Podemu__Graph *g = req->graph;
-	*ran = false;
-	if (g == NULL || g->n_nodes == 0)
-		return status_set(st, ST_INVALID_ARGUMENT, "step has no graph");
-	size_t total = graph_total_nodes(g);
-	if (total > MAX_GRAPH_NODES)
-		return status_set(st, ST_INVALID_ARGUMENT, "graph has %zu nodes; the limit is %d",
-		                  total, MAX_GRAPH_NODES);
-	struct shape *shapes = arena_calloc(a, total + 1, sizeof(*shapes));
-	uint64_t *out_handles = arena_calloc(a, g->n_outputs + 1, sizeof(uint64_t));
-	if (shapes == NULL || out_handles == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	int rv = graph_check(g, world, shapes, a, st);
-	if (rv != ST_OK)
-		return rv;
-	if ((rv = mark_donors(g, req, a, st)) != ST_OK)
-		return rv;
-	/* Ops without kernels can be planned and accounted, but not computed with real bytes. */
 	pthread_mutex_lock(&co->reg.lock);
-	bool backed = strcmp(co->reg.hosts[0].backing, "host") == 0;
-	pthread_mutex_unlock(&co->reg.lock);
-	for (size_t i = 0; backed && !req->compile_only && i < g->n_nodes; i++)
-		if (opcode_parse(g->nodes[i]->opcode) == OP_OPAQUE)
-			return status_set(st, ST_UNIMPLEMENTED,
-			                  "node %zu: %s has no kernel in podemu; a pod with "
-			                  "--backing none plans and accounts it",
-			                  i,
-			                  g->nodes[i]->name ? g->nodes[i]->name : "an opaque op");
-	pthread_mutex_lock(&co->reg.lock);
-	rv = session_use(&co->reg, req->session, st);
+	int rv = session_use(&co->reg, req->session, st);
 	for (size_t i = 0; i < g->n_nodes && rv == ST_OK; i++) {
 		if (opcode_parse(g->nodes[i]->opcode) != OP_PARAMETER)
 			continue;
@@ -289,9 +263,157 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		for (size_t k = 0; k < g->n_outputs; k++)
 			out_handles[k] = co->reg.next_handle++;
 	}
-	uint64_t step_id = ++co->next_step;
+	*step_id = ++co->next_step;
+	pthread_mutex_unlock(&co->reg.lock);
+	return rv;
+}
+
+/* The program every host gets (each lowers its own cores' collectives); NULL out of memory. */
+static Podemu__Program *host_program(const struct coordinator *co, struct arena *a,
+                                     Podemu__Graph *g, const struct compiled *c, uint64_t step_id,
+                                     char **data_urls)
+{
+	const struct topology *t = &co->reg.topo;
+	Podemu__Program *prog = arena_alloc(a, sizeof(*prog));
+	if (prog == NULL)
+		return NULL;
+	podemu__program__init(prog);
+	prog->window = co->window;
+	prog->step_id = step_id;
+	if (c->order != NULL) {
+		prog->source_nodes = c->order;
+		prog->n_source_nodes = (size_t)c->n;
+	}
+	if (c->fused_into != NULL) {
+		prog->fused_into = c->fused_into;
+		prog->n_fused_into = (size_t)c->n_total;
+	}
+	if (c->computation_order != NULL) {
+		prog->computation_order = c->computation_order;
+		prog->n_computation_order = (size_t)(c->n_total - c->n);
+	}
+	prog->graph = g;
+	prog->buffers = c->plan.buffers;
+	prog->n_buffers = (size_t)c->n_total;
+	prog->temp_bytes = c->plan.temp_bytes;
+	prog->receive_offset = c->plan.receive_offset;
+	prog->receive_slots = c->plan.receive_slots;
+	prog->receive_slot_bytes = c->plan.receive_slot_bytes;
+	prog->world_size = topology_world_size(t);
+	prog->cores_per_host = t->cores_per_host;
+	prog->peer_data_urls = data_urls;
+	prog->n_peer_data_urls = (size_t)t->num_hosts;
+	prog->chunk_bytes = co->chunk_bytes;
+	prog->collective_timeout_ms = co->collective_timeout_ms;
+	prog->collective_algorithm =
+	    (char *)(co->collective_algorithm ? co->collective_algorithm : "");
+	return prog;
+}
+
+/* Every host's reply folded into the step's: its cores, timings and receive figures. */
+static int gather_replies(Podemu__StepReply *rep, struct arena *a, const Podemu__Graph *g,
+                          const struct compiled *c, const int64_t *scratch, void **replies,
+                          int hosts, int world, struct status *st)
+{
+	rep->temp_bytes = c->plan.temp_bytes;
+	rep->output_bytes = c->plan.output_bytes;
+	rep->alias_bytes = c->plan.alias_bytes;
+	rep->argument_bytes = c->plan.argument_bytes;
+	rep->cores = arena_calloc(a, (size_t)world, sizeof(*rep->cores));
+	if (rep->cores == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	size_t n_timings = 0;
+	for (int h = 0; h < hosts; h++)
+		n_timings += ((Podemu__MemoryStatsReply *)replies[h])->n_timings;
+	rep->timings = arena_calloc(a, n_timings + 1, sizeof(*rep->timings));
+	if (rep->timings == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int h = 0; h < hosts; h++) {
+		Podemu__MemoryStatsReply *r = replies[h];
+		for (size_t k = 0; k < r->n_cores && rep->n_cores < (size_t)world; k++)
+			rep->cores[rep->n_cores++] = r->cores[k];
+		for (size_t k = 0; k < r->n_timings; k++)
+			rep->timings[rep->n_timings++] = r->timings[k];
+		int64_t held = (int64_t)(r->receive_peak_slots > 0 ? r->receive_peak_slots : 0) *
+		               c->plan.receive_slot_bytes;
+		rep->receive_peak_bytes =
+		    held > rep->receive_peak_bytes ? held : rep->receive_peak_bytes;
+		rep->receive_outside_chunks += r->receive_outside;
+	}
+	/* The client counts nodes in its recorded order. */
+	int64_t *recorded_scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
+	if (recorded_scratch == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (size_t i = 0; i < g->n_nodes; i++)
+		recorded_scratch[c->order ? c->order[i] : (int)i] = scratch[i];
+	rep->node_scratch_bytes = recorded_scratch;
+	rep->n_node_scratch_bytes = g->n_nodes;
+	return ST_OK;
+}
+
+/* The step's outputs are the session's buffers now; freed everywhere should that fail. */
+static int own_outputs(struct coordinator *co, struct arena *a, const Podemu__Graph *g,
+                       const struct shape *shapes, const Podemu__StepRequest *req,
+                       uint64_t *out_handles, struct rpc_client **clients, struct status *st)
+{
+	int64_t *out_bytes = arena_calloc(a, g->n_outputs + 1, sizeof(int64_t));
+	if (out_bytes == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv = ST_OK;
+	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)
+		rv = graph_value_bytes(&out_bytes[k], &shapes[g->outputs[k]],
+		                       g->nodes[g->outputs[k]]->layout, co->tiled, a, st);
+	pthread_mutex_lock(&co->reg.lock);
+	size_t added = 0;
+	for (; added < g->n_outputs && rv == ST_OK; added++)
+		rv = registry_add_handle(&co->reg, out_handles[added], req->session,
+		                         out_bytes[added], &shapes[g->outputs[added]],
+		                         g->nodes[g->outputs[added]]->layout, st);
+	/* Outputs nobody can own (the session ended meanwhile) are freed, not left behind. */
+	for (size_t k = 0; rv != ST_OK && k < added; k++)
+		registry_remove_handle(&co->reg, out_handles[k]);
 	pthread_mutex_unlock(&co->reg.lock);
 	if (rv != ST_OK)
+		release_everywhere(co, a, clients, out_handles, g->n_outputs, NULL);
+	return rv;
+}
+
+static int execute_locked(struct coordinator *co, struct arena *a, const Podemu__StepRequest *req,
+                          Podemu__StepReply *rep, struct rpc_client **clients, char **data_urls,
+                          bool *ran, struct step_report *report, struct status *st)
+{
+	const struct topology *t = &co->reg.topo;
+	int hosts = t->num_hosts, world = topology_world_size(t);
+	Podemu__Graph *g = req->graph;
+	*ran = false;
+	if (g == NULL || g->n_nodes == 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "step has no graph");
+	size_t total = graph_total_nodes(g);
+	if (total > MAX_GRAPH_NODES)
+		return status_set(st, ST_INVALID_ARGUMENT, "graph has %zu nodes; the limit is %d",
+		                  total, MAX_GRAPH_NODES);
+	struct shape *shapes = arena_calloc(a, total + 1, sizeof(*shapes));
+	uint64_t *out_handles = arena_calloc(a, g->n_outputs + 1, sizeof(uint64_t));
+	if (shapes == NULL || out_handles == NULL)
+		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int rv = graph_check(g, world, shapes, a, st);
+	if (rv != ST_OK)
+		return rv;
+	if ((rv = mark_donors(g, req, a, st)) != ST_OK)
+		return rv;
+	/* Ops without kernels can be planned and accounted, but not computed with real bytes. */
+	pthread_mutex_lock(&co->reg.lock);
+	bool backed = strcmp(co->reg.hosts[0].backing, "host") == 0;
+	pthread_mutex_unlock(&co->reg.lock);
+	for (size_t i = 0; backed && !req->compile_only && i < g->n_nodes; i++)
+		if (opcode_parse(g->nodes[i]->opcode) == OP_OPAQUE)
+			return status_set(st, ST_UNIMPLEMENTED,
+			                  "node %zu: %s has no kernel in podemu; a pod with "
+			                  "--backing none plans and accounts it",
+			                  i,
+			                  g->nodes[i]->name ? g->nodes[i]->name : "an opaque op");
+	uint64_t step_id;
+	if ((rv = bind_buffers(co, a, g, shapes, req, out_handles, &step_id, st)) != ST_OK)
 		return rv;
 
 	/* Node indices below are the scheduled ones. */
@@ -301,7 +423,6 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	if ((rv = compile_step(co, a, &g, shapes, out_handles, &prog_c, &entry, &scratch, rep,
 	                       st)) != ST_OK)
 		return rv;
-	int *fused_into = prog_c.fused_into;
 	struct plan plan = prog_c.plan;
 	if (req->compile_only) {
 		/* "Would this fit?": the plan's figures, and XLA's text when it does not. */
@@ -322,46 +443,15 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 		if ((g->nodes[i]->shape = shape_to_proto(a, &shapes[i])) == NULL)
 			return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 
-	Podemu__Program *prog = arena_alloc(a, sizeof(*prog));
+	Podemu__Program *prog = host_program(co, a, g, &prog_c, step_id, data_urls);
 	if (prog == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	podemu__program__init(prog);
-	prog->window = co->window;
-	prog->step_id = step_id;
-	if (prog_c.order != NULL) {
-		prog->source_nodes = prog_c.order;
-		prog->n_source_nodes = (size_t)prog_c.n;
-	}
-	if (fused_into != NULL) {
-		prog->fused_into = fused_into;
-		prog->n_fused_into = (size_t)prog_c.n_total;
-	}
-	if (prog_c.computation_order != NULL) {
-		prog->computation_order = prog_c.computation_order;
-		prog->n_computation_order = (size_t)(prog_c.n_total - prog_c.n);
-	}
-	prog->graph = g;
-	prog->buffers = plan.buffers;
-	prog->n_buffers = (size_t)prog_c.n_total;
-	prog->temp_bytes = plan.temp_bytes;
-	prog->receive_offset = plan.receive_offset;
-	prog->receive_slots = plan.receive_slots;
-	prog->receive_slot_bytes = plan.receive_slot_bytes;
-	prog->world_size = world;
-	prog->cores_per_host = t->cores_per_host;
-	prog->peer_data_urls = data_urls;
-	prog->n_peer_data_urls = (size_t)hosts;
-	prog->chunk_bytes = co->chunk_bytes;
-	prog->collective_timeout_ms = co->collective_timeout_ms;
 
 	void **replies = arena_calloc(a, (size_t)hosts, sizeof(void *));
 	struct status *sts = arena_calloc(a, (size_t)hosts, sizeof(*sts));
 	int *failed = arena_calloc(a, (size_t)hosts, sizeof(int));
 	if (!replies || !sts || !failed)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	/* Every host gets the same program; each lowers its own cores' collectives. */
-	prog->collective_algorithm =
-	    (char *)(co->collective_algorithm ? co->collective_algorithm : "");
 	Podemu__HostStep *host_step = arena_alloc(a, sizeof(*host_step));
 	if (host_step == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
@@ -388,58 +478,12 @@ static int execute_locked(struct coordinator *co, struct arena *a, const Podemu_
 	rep->step_id = step_id;
 	rep->output_handles = out_handles;
 	rep->n_output_handles = g->n_outputs;
-	rep->temp_bytes = plan.temp_bytes;
-	rep->output_bytes = plan.output_bytes;
-	rep->alias_bytes = plan.alias_bytes;
-	rep->argument_bytes = plan.argument_bytes;
-	rep->cores = arena_calloc(a, (size_t)world, sizeof(*rep->cores));
-	if (rep->cores == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	size_t n_timings = 0;
-	for (int h = 0; h < hosts; h++)
-		n_timings += ((Podemu__MemoryStatsReply *)replies[h])->n_timings;
-	rep->timings = arena_calloc(a, n_timings + 1, sizeof(*rep->timings));
-	if (rep->timings == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int h = 0; h < hosts; h++) {
-		Podemu__MemoryStatsReply *r = replies[h];
-		for (size_t k = 0; k < r->n_cores && rep->n_cores < (size_t)world; k++)
-			rep->cores[rep->n_cores++] = r->cores[k];
-		for (size_t k = 0; k < r->n_timings; k++)
-			rep->timings[rep->n_timings++] = r->timings[k];
-		int64_t held = (int64_t)(r->receive_peak_slots > 0 ? r->receive_peak_slots : 0) *
-		               plan.receive_slot_bytes;
-		rep->receive_peak_bytes =
-		    held > rep->receive_peak_bytes ? held : rep->receive_peak_bytes;
-		rep->receive_outside_chunks += r->receive_outside;
-	}
-	/* The client counts nodes in its recorded order. */
-	int64_t *recorded_scratch = arena_calloc(a, g->n_nodes + 1, sizeof(int64_t));
-	if (recorded_scratch == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t i = 0; i < g->n_nodes; i++)
-		recorded_scratch[prog_c.order ? prog_c.order[i] : (int)i] = scratch[i];
-	rep->node_scratch_bytes = recorded_scratch;
-	rep->n_node_scratch_bytes = g->n_nodes;
-	int64_t *out_bytes = arena_calloc(a, g->n_outputs + 1, sizeof(int64_t));
-	if (out_bytes == NULL)
-		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (size_t k = 0; k < g->n_outputs && rv == ST_OK; k++)
-		rv = graph_value_bytes(&out_bytes[k], &shapes[g->outputs[k]],
-		                       g->nodes[g->outputs[k]]->layout, co->tiled, a, st);
-	pthread_mutex_lock(&co->reg.lock);
-	size_t added = 0;
-	for (; added < g->n_outputs && rv == ST_OK; added++)
-		rv = registry_add_handle(&co->reg, out_handles[added], req->session,
-		                         out_bytes[added], &shapes[g->outputs[added]],
-		                         g->nodes[g->outputs[added]]->layout, st);
-	/* Outputs nobody can own (the session ended meanwhile) are freed, not left behind. */
-	for (size_t k = 0; rv != ST_OK && k < added; k++)
-		registry_remove_handle(&co->reg, out_handles[k]);
-	pthread_mutex_unlock(&co->reg.lock);
-	if (rv != ST_OK)
+	if ((rv = gather_replies(rep, a, g, &prog_c, scratch, replies, hosts, world, st)) !=
+	    ST_OK) {
 		release_everywhere(co, a, clients, out_handles, g->n_outputs, NULL);
-	return rv;
+		return rv;
+	}
+	return own_outputs(co, a, g, shapes, req, out_handles, clients, st);
 }
 
 /*
