@@ -665,18 +665,7 @@ void kernel_combine(int dtype, enum reducer red, void *dst, const void *a, const
 		return;
 	}
 	for (int64_t i = 0; i < n; i++) {
-		int64_t x, y, r;
-		switch (dtype) {
-		case DT_S32:
-			x = ((const int32_t *)a)[i], y = ((const int32_t *)b)[i];
-			break;
-		case DT_U32:
-			x = ((const uint32_t *)a)[i], y = ((const uint32_t *)b)[i];
-			break;
-		default:
-			x = ((const uint8_t *)a)[i], y = ((const uint8_t *)b)[i];
-			break;
-		}
+		int64_t x = load_int(dtype, a, i), y = load_int(dtype, b, i), r;
 		switch (red) {
 		case RED_ADD:
 			r = x + y;
@@ -697,19 +686,6 @@ void kernel_combine(int dtype, enum reducer red, void *dst, const void *a, const
 			r = dtype == DT_PRED ? (x || y) : (x | y);
 			break;
 		}
-		switch (dtype) {
-		case DT_S32:
-			((int32_t *)dst)[i] = (int32_t)(uint32_t)(uint64_t)r;
-			break;
-		case DT_U32:
-			((uint32_t *)dst)[i] = (uint32_t)(uint64_t)r;
-			break;
-		case DT_PRED:
-			((uint8_t *)dst)[i] = r != 0;
-			break;
-		default:
-			((uint8_t *)dst)[i] = (uint8_t)(uint64_t)r;
-			break;
-		}
+		store_int(dtype, dst, i, r);
 	}
 }
