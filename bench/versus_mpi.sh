@@ -11,14 +11,25 @@
 #   tcp: 4 agents x 1 core over TCP loopback against 4 ranks over `--mca btl tcp,self`
 #   shm: 1 agent x 8 cores against 8 ranks over shared memory, `--mca btl vader,self`
 #
-# BENCH_ARGS replaces the common bench options (default: all-gather, reduce-scatter and
-# all-reduce from 1M to 64M, factor 4, 20 iterations). Needs Open MPI (`apt-get install
+# By default all-gather, reduce-scatter and all-reduce of 1, 4, 16 and 64 MiB, each size with
+# 256 MiB / size iterations but at least 20 (so that a small size's figure is not one
+# scheduler hiccup: 20 iterations of 1 MiB take about 10 ms). BENCH_ARGS replaces all that
+# with one set of bench options for both sides. Needs Open MPI (`apt-get install
 # libopenmpi-dev openmpi-bin`) before building, so that podemu-mpi-bench exists.
 set -u
 bin=${1:-build/bin}
 setting=${2:-tcp}
 rounds=${3:-3}
-args=${BENCH_ARGS:---op all-gather,reduce-scatter,all-reduce --min-bytes 1M --max-bytes 64M --factor 4 --iters 20}
+# One pass of `podemu bench` and of podemu-mpi-bench per entry, with the same options.
+passes=()
+if [[ -n ${BENCH_ARGS:-} ]]; then
+	passes=("$BENCH_ARGS")
+else
+	for mib in 1 4 16 64; do
+		iters=$((256 / mib > 20 ? 256 / mib : 20))
+		passes+=("--op all-gather,reduce-scatter,all-reduce --min-bytes ${mib}M --max-bytes ${mib}M --iters $iters")
+	done
+fi
 case $setting in
 tcp) up=(--hosts 4 --cores-per-host 1) mpi=(-np 4 --mca btl tcp,self) ;;
 shm) up=(--hosts 1 --cores-per-host 8) mpi=(-np 8 --mca btl vader,self) ;;
@@ -39,16 +50,20 @@ trap '"$bin/podemu" down --state-dir "$state/pod" >/dev/null 2>&1 || true; rm -r
 for r in $(seq 1 "$rounds"); do
 	mkdir -p "$state/pod"
 	"$bin/podemu" up --state-dir "$state/pod" "${up[@]}" --hbm 2G --port 0 >/dev/null || exit 1
-	# shellcheck disable=SC2086
-	"$bin/podemu" bench --state-dir "$state/pod" $args --check --json >"$state/podemu.$r" ||
-		exit 1
+	for p in "${!passes[@]}"; do
+		# shellcheck disable=SC2086
+		"$bin/podemu" bench --state-dir "$state/pod" ${passes[$p]} --check --json \
+			>"$state/podemu.$r.$p" || exit 1
+	done
 	"$bin/podemu" down --state-dir "$state/pod" >/dev/null
-	# shellcheck disable=SC2086
-	mpirun "${root[@]}" --oversubscribe "${mpi[@]}" "$bin/podemu-mpi-bench" $args \
-		>"$state/mpi.$r" 2>"$state/mpi.err" || {
-		cat "$state/mpi.err" >&2
-		exit 1
-	}
+	for p in "${!passes[@]}"; do
+		# shellcheck disable=SC2086
+		mpirun "${root[@]}" --oversubscribe "${mpi[@]}" "$bin/podemu-mpi-bench" ${passes[$p]} \
+			>"$state/mpi.$r.$p" 2>"$state/mpi.err" || {
+			cat "$state/mpi.err" >&2
+			exit 1
+		}
+	done
 	# Over TCP: what loopback TCP lets any 4 ranks on these CPUs reach, this round.
 	if [[ $setting == tcp && -x $bin/podemu-bench-tcp-floor ]]; then
 		"$bin/podemu-bench-tcp-floor" 1024 4 1 | awk '/ceiling/ {print $(NF - 1)}' \
@@ -58,7 +73,7 @@ for r in $(seq 1 "$rounds"); do
 done
 
 python3 - "$state" "$rounds" "$setting" <<'PY'
-import json, statistics, sys
+import glob, json, statistics, sys
 
 state, rounds, setting = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
@@ -74,12 +89,24 @@ def mpi_rows(path):
             for f in (line.split() for line in open(path) if not line.startswith("#"))
             if len(f) >= 6}
 
-pod = [podemu_rows(f"{state}/podemu.{r}") for r in range(1, rounds + 1)]
-mpi = [mpi_rows(f"{state}/mpi.{r}") for r in range(1, rounds + 1)]
+def rounds_of(side, read):
+    """Each round's rows, every pass of it in one dict, sizes in the order they ran."""
+    out = []
+    for r in range(1, rounds + 1):
+        rows = {}
+        passes = glob.glob(f"{state}/{side}.{r}.*")
+        for path in sorted(passes, key=lambda p: int(p.rsplit(".", 1)[1])):
+            rows.update(read(path))
+        out.append(rows)
+    return out
+
+pod = rounds_of("podemu", podemu_rows)
+mpi = rounds_of("mpi", mpi_rows)
 print(f"# {setting}: {rounds} alternating rounds, busbw in GB/s, median (every round)")
 print("| op | size | podemu | Open MPI | podemu / MPI | algorithm |")
 print("|---|---|---|---|---|---|")
-for key in pod[0]:
+ops = list(dict.fromkeys(op for op, _ in pod[0]))
+for key in sorted(pod[0], key=lambda k: (ops.index(k[0]), k[1])):
     op, size = key
     p = [x[key][0] for x in pod if key in x]
     m = [x[key] for x in mpi if key in x]
