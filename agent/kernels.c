@@ -622,8 +622,7 @@ void kernel_combine(int dtype, enum reducer red, void *dst, const void *a, const
 {
 	int64_t n = nbytes / (int64_t)dtype_size(dtype);
 	if (dtype == DT_F32) {
-		/* No restrict on d and x: d may be x. GCC checks that at run time and stays SIMD.
-		 */
+		/* d may be x (no restrict): GCC checks that at run time and stays SIMD. */
 		float *d = dst;
 		const float *x = a, *restrict y = b;
 		switch (red) {
