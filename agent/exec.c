@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "step.h"
 #include "graph.h"
@@ -203,7 +204,13 @@ static void set_position(struct device *dev, struct step *s, struct core *c, int
 	pthread_mutex_unlock(&dev->lock);
 }
 
-/* The failpoint: waits, not in the collective, until the step is aborted. */
+/* How long a stalled core takes to stop once aborted, as a kernel that notices late would. */
+#define STALL_UNWIND_MS 200
+
+/*
+ * The failpoint: waits, not in the collective, until the step is aborted, then takes
+ * STALL_UNWIND_MS to stop, so that tests see what others do while a step still unwinds.
+ */
 static int stall(struct device *dev, struct step *s, struct core *c, int node, struct status *st)
 {
 	log_warn("failpoint stall-before-collective: core %d stops before node %d", c->ordinal,
@@ -214,6 +221,8 @@ static int stall(struct device *dev, struct step *s, struct core *c, int node, s
 	int rv = status_set(st, s->cancel_code != ST_OK ? s->cancel_code : ST_ABORTED, "%s",
 	                    s->cancel_code != ST_OK ? s->cancel_reason : "the agent is stopping");
 	pthread_mutex_unlock(&dev->lock);
+	struct timespec unwind = {0, STALL_UNWIND_MS * 1000000L};
+	nanosleep(&unwind, NULL);
 	return rv;
 }
 

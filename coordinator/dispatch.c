@@ -210,7 +210,9 @@ out:
 
 /*
  * The step's session ended (its client is gone): the step is cancelled on every host, as
- * torch_xla's computations die with their process. Called with w->lock held; returns with it.
+ * torch_xla's computations die with their process. A host that took the abort is still waited
+ * for: until its cores stopped, the step holds the session's buffers there, which are freed
+ * once the step is over. Called with w->lock held; returns with it.
  */
 static void watch_session_ended(struct step_watch *w)
 {
@@ -220,12 +222,14 @@ static void watch_session_ended(struct step_watch *w)
 	         (unsigned long long)w->session, (unsigned long long)w->step_id);
 	log_warn("%s", reason);
 	pthread_mutex_unlock(&w->lock);
-	for (int h = 0; h < hosts; h++)
-		if (w->requests[h] != NULL && !w->answered[h])
-			abort_on_host(w, h, ST_CANCELLED, reason, NULL);
-	for (int h = 0; h < hosts; h++)
-		if (w->requests[h] != NULL)
-			rpc_cancel_fire(&w->cancels[h], reason);
+	for (int h = 0; h < hosts; h++) {
+		if (w->requests[h] == NULL || w->answered[h])
+			continue;
+		/* NOT_FOUND: its step is on the way, and fails when it comes. */
+		int rv = abort_on_host(w, h, ST_CANCELLED, reason, NULL);
+		if (rv != ST_OK && rv != ST_NOT_FOUND)
+			rpc_cancel_fire(&w->cancels[h], reason); /* frozen or gone */
+	}
 	pthread_mutex_lock(&w->lock);
 }
 
