@@ -10,7 +10,6 @@
  *   podemu-bench-tcp-floor [MIB] [RANKS] [ROUNDS]    (default 2048 4 3)
  */
 #include <arpa/inet.h>
-#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -21,6 +20,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "cpus.h"
 
 #define WRITE_BYTES ((size_t)4 << 20)
 
@@ -134,7 +135,7 @@ int main(int argc, char **argv)
 	}
 	/* The CPUs this process may run on, as podemu up counts them for its agents. */
 	cpu_set_t allowed;
-	long cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+	long cpus = cpus_allowed(&allowed);
 	struct round r[100];
 	for (int i = 0; i < rounds; i++) {
 		r[i] = one_round((size_t)mib << 20);

@@ -19,6 +19,15 @@ static long cpu_number(const char **p)
 	return v;
 }
 
+int cpus_allowed(cpu_set_t *set)
+{
+	if (sched_getaffinity(0, sizeof(*set), set) == 0 && CPU_COUNT(set) > 0)
+		return CPU_COUNT(set);
+	CPU_ZERO(set);
+	CPU_SET(0, set);
+	return 1;
+}
+
 int cpus_parse(cpu_set_t *set, const char *list, struct status *st)
 {
 	CPU_ZERO(set);

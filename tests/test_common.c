@@ -233,6 +233,27 @@ static void test_replica_groups_longer_than_the_world(void **state)
 	                    "all-gather: Replica 0 is repeated in instruction's replica-groups");
 }
 
+/* The affinity mask, as taskset narrows it: this thread pinned to one of its CPUs, then back. */
+static void test_cpus_allowed(void **state)
+{
+	(void)state;
+	cpu_set_t before, set, one;
+	assert_int_equal(sched_getaffinity(0, sizeof(before), &before), 0);
+	assert_int_equal(cpus_allowed(&set), CPU_COUNT(&before));
+	assert_true(CPU_EQUAL(&set, &before));
+	int last = -1;
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &before))
+			last = i;
+	CPU_ZERO(&one);
+	CPU_SET(last, &one);
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	int n = cpus_allowed(&set);
+	assert_int_equal(sched_setaffinity(0, sizeof(before), &before), 0);
+	assert_int_equal(n, 1);
+	assert_true(CPU_ISSET(last, &set));
+}
+
 static void test_cpu_lists(void **state)
 {
 	cpu_set_t set;
@@ -286,6 +307,7 @@ int main(void)
 	    cmocka_unit_test(test_iota_replica_groups),
 	    cmocka_unit_test(test_replica_groups_longer_than_the_world),
 	    cmocka_unit_test(test_cpu_lists),
+	    cmocka_unit_test(test_cpus_allowed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

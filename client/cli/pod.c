@@ -431,8 +431,7 @@ static int start_agents(struct pod_files *pf, int num_hosts, int per, const char
 	 */
 	cpu_set_t allowed;
 	int groups = (num_hosts + per - 1) / per, started = 0;
-	bool bind = strcmp(bind_to, "cpu") == 0 && groups > 1 &&
-	            sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 1;
+	bool bind = strcmp(bind_to, "cpu") == 0 && groups > 1 && cpus_allowed(&allowed) > 1;
 	for (int g = 0; g < groups; g++) {
 		int first = g * per, count = per < num_hosts - first ? per : num_hosts - first;
 		int missing = 0;
@@ -627,7 +626,7 @@ int pod_up(const struct up_options *o)
 	if (resume)
 		read_line(per_path, per_text, sizeof(per_text));
 	cpu_set_t allowed;
-	int cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+	int cpus = cpus_allowed(&allowed);
 	int per = o->hosts_per_agent > 0 ? o->hosts_per_agent : atoi(per_text);
 	if (per < 1 || per > num_hosts)
 		per = default_hosts_per_agent(num_hosts, cpus);
