@@ -315,102 +315,80 @@ static int control_flow(struct runner *r, const struct hlo_instruction *in, stru
 	return ST_OK;
 }
 
-int record(struct runner *r, const struct hlo_instruction *in)
+/* Not an op of this kind: the next kind is tried. */
+#define NOT_THIS_KIND (-1)
+
+/* tuple, and opt-barrier (the same elements, through the library's barrier). */
+static int record_tuple(struct runner *r, const struct hlo_instruction *in, struct value *v,
+                        bool barrier)
 {
+	const struct value *src = barrier ? &r->vals[in->operands[0]->index] : NULL;
+	v->n = src ? src->n : in->n_operands;
+	v->elems = calloc((size_t)v->n + 1, sizeof(*v->elems));
+	if (v->elems == NULL)
+		return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; k < v->n; k++)
+		v->elems[k] = src ? src->elems[k] : arg(r, in, k);
+	if (src != NULL && pe_optimization_barrier(v->elems, v->n) != PE_OK)
+		return status_set(&r->st, pe_last_code(r->c), "line %d: %s", in->line,
+		                  pe_last_error(r->c));
+	return ST_OK;
+}
+
+/*
+ * A constant: one value (a scalar, or one value for every element) stays a constant the
+ * compiler sees as such; an array is uploaded in the module's layout (*uploaded).
+ */
+static int record_constant(struct runner *r, const struct hlo_instruction *in, int dtype,
+                           struct value *v, bool *uploaded)
+{
+	const struct hlo_shape *s = &in->shape;
+	int64_t count = hlo_shape_elements(s);
+	double *nums = calloc((size_t)count + 1, sizeof(double));
+	if (nums == NULL)
+		return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	int64_t got = literal_numbers(in->literal ? in->literal : "", nums, count);
+	if (got != count && !(count > 0 && got == 1)) {
+		free(nums);
+		return status_set(&r->st, ST_INVALID_ARGUMENT,
+		                  "line %d: %s: the literal has %lld values, the shape %lld",
+		                  in->line, in->name, (long long)got, (long long)count);
+	}
+	if (s->rank == 0 || got == 1) {
+		v->is_scalar_constant = true;
+		v->scalar = nums[0];
+		v->t = pe_full(r->c, dtype, s->dims, s->rank, nums[0]);
+	} else {
+		size_t es = dtype_size(dtype);
+		unsigned char *bytes = malloc((size_t)count * es + 1);
+		for (int64_t i = 0; bytes != NULL && i < count; i++)
+			dtype_store(dtype, bytes, i, nums[i]);
+		int world = pe_world_size(r->c);
+		const void **per_core = calloc((size_t)world, sizeof(void *));
+		for (int k = 0; per_core != NULL && k < world; k++)
+			per_core[k] = bytes;
+		char layout[256];
+		v->t =
+		    bytes && per_core
+		        ? pe_upload_layout(r->c, dtype, s->dims, s->rank,
+		                           hlo_layout_format(layout, sizeof(layout), s), per_core)
+		        : NULL;
+		*uploaded = true;
+		free(per_core);
+		free(bytes);
+	}
+	free(nums);
+	return ST_OK;
+}
+
+/* Ops that take their operands and at most a plain attribute: v->t, or NOT_THIS_KIND. */
+static int record_plain(struct runner *r, const struct hlo_instruction *in, const char *op,
+                        int dtype, struct value *v)
+{
+	const struct hlo_shape *s = &in->shape;
 	pe_tensor *(*fn2)(pe_tensor *, pe_tensor *);
 	pe_tensor *(*fn1)(pe_tensor *);
-	struct value *v = &r->vals[in->index];
-	const char *op = in->opcode;
-	const struct hlo_shape *s = &in->shape;
-	bool uploaded = false; /* a device buffer made in its layout already */
-	int dtype = s->type == HT_TUPLE ? 0 : pe_type(s->type);
-	if (s->type != HT_TUPLE && dtype < 0)
-		return unimplemented(r, in, "its element type has no kernels");
-	for (int k = 0; k < in->n_operands; k++)
-		if (in->operands[k]->shape.rank > PE_MAX_RANK || s->rank > PE_MAX_RANK)
-			return unimplemented(r, in, "the pod runs arrays of rank 8 at most");
-	pe_groups *groups = NULL;
-	if (in->replica_groups != NULL && strcmp(in->replica_groups, "{}") != 0 &&
-	    (groups = pe_groups_parse(r->c, in->replica_groups)) == NULL)
-		return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line, in->name,
-		                  pe_last_error(r->c));
-	/*
-	 * An async pair runs as its collective: the -start's value is (operand, result) as XLA
-	 * writes it (the result alone for all-reduce-start), the -done's the result.
-	 */
-	size_t len = strlen(op);
-	if (len > 5 && strcmp(op + len - 5, "-done") == 0) {
-		const struct value *start = &r->vals[in->operands[0]->index];
-		v->t = start->elems != NULL && start->n > 1 ? start->elems[1] : start->t;
-		return ST_OK;
-	}
-	char base[64];
-	bool async_start = len > 6 && len < sizeof(base) && strcmp(op + len - 6, "-start") == 0;
-	if (async_start) {
-		snprintf(base, sizeof(base), "%.*s", (int)(len - 6), op);
-		op = base;
-	}
-	if (strcmp(op, "while") == 0 || strcmp(op, "call") == 0 || strcmp(op, "conditional") == 0)
-		return control_flow(r, in, v);
-	if (strcmp(op, "tuple") == 0 || strcmp(op, "opt-barrier") == 0) {
-		const struct value *src =
-		    strcmp(op, "tuple") == 0 ? NULL : &r->vals[in->operands[0]->index];
-		v->n = src ? src->n : in->n_operands;
-		v->elems = calloc((size_t)v->n + 1, sizeof(*v->elems));
-		if (v->elems == NULL)
-			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		for (int k = 0; k < v->n; k++)
-			v->elems[k] = src ? src->elems[k] : arg(r, in, k);
-		if (src != NULL && pe_optimization_barrier(v->elems, v->n) != PE_OK)
-			return status_set(&r->st, pe_last_code(r->c), "line %d: %s", in->line,
-			                  pe_last_error(r->c));
-		return ST_OK;
-	}
-	if (strcmp(op, "get-tuple-element") == 0) {
-		const struct value *t = &r->vals[in->operands[0]->index];
-		if (t->elems == NULL || in->tuple_index >= t->n)
-			return unimplemented(r, in, "its operand is not a tuple podemu built");
-		v->t = t->elems[in->tuple_index];
-		return ST_OK;
-	}
-	if (strcmp(op, "constant") == 0) {
-		int64_t count = hlo_shape_elements(s);
-		double *nums = calloc((size_t)count + 1, sizeof(double));
-		if (nums == NULL)
-			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		int64_t got = literal_numbers(in->literal ? in->literal : "", nums, count);
-		if (got != count && !(count > 0 && got == 1)) {
-			free(nums);
-			return status_set(
-			    &r->st, ST_INVALID_ARGUMENT,
-			    "line %d: %s: the literal has %lld values, the shape %lld", in->line,
-			    in->name, (long long)got, (long long)count);
-		}
-		if (s->rank == 0 || got == 1) {
-			v->is_scalar_constant = true;
-			v->scalar = nums[0];
-			v->t = pe_full(r->c, dtype, s->dims, s->rank, nums[0]);
-		} else {
-			size_t es = dtype_size(dtype);
-			unsigned char *bytes = malloc((size_t)count * es + 1);
-			for (int64_t i = 0; bytes != NULL && i < count; i++)
-				dtype_store(dtype, bytes, i, nums[i]);
-			int world = pe_world_size(r->c);
-			const void **per_core = calloc((size_t)world, sizeof(void *));
-			for (int k = 0; per_core != NULL && k < world; k++)
-				per_core[k] = bytes;
-			char layout[256];
-			v->t = bytes && per_core
-			           ? pe_upload_layout(r->c, dtype, s->dims, s->rank,
-			                              hlo_layout_format(layout, sizeof(layout), s),
-			                              per_core)
-			           : NULL;
-			uploaded = true;
-			free(per_core);
-			free(bytes);
-		}
-		free(nums);
-	} else if (strcmp(op, "broadcast") == 0) {
+	if (strcmp(op, "broadcast") == 0) {
 		/* As written (a scalar constant stays a constant), so the pod plans what XLA does.
 		 */
 		const struct value *src = &r->vals[in->operands[0]->index];
@@ -431,7 +409,24 @@ int record(struct runner *r, const struct hlo_instruction *in)
 		v->t = pe_compare(arg(r, in, 0), arg(r, in, 1), in->direction);
 	} else if (strcmp(op, "select") == 0) {
 		v->t = pe_select(arg(r, in, 0), arg(r, in, 1), arg(r, in, 2));
-	} else if (strcmp(op, "dynamic-slice") == 0 || strcmp(op, "dynamic-update-slice") == 0) {
+	} else if (strcmp(op, "transpose") == 0) {
+		v->t = pe_transpose(arg(r, in, 0), in->dimensions, in->n_dimensions);
+	} else if (strcmp(op, "convert") == 0) {
+		v->t = pe_convert(arg(r, in, 0), dtype);
+	} else if (strcmp(op, "reshape") == 0 || strcmp(op, "bitcast") == 0) {
+		v->t = pe_reshape(arg(r, in, 0), s->dims, s->rank);
+	} else {
+		return NOT_THIS_KIND;
+	}
+	return ST_OK;
+}
+
+/* Array ops whose attributes are parsed and checked here: v->t, or NOT_THIS_KIND. */
+static int record_shaped(struct runner *r, const struct hlo_instruction *in, const char *op,
+                         struct value *v)
+{
+	const struct hlo_shape *s = &in->shape;
+	if (strcmp(op, "dynamic-slice") == 0 || strcmp(op, "dynamic-update-slice") == 0) {
 		bool update = op[8] == 'u';
 		int first = update ? 2 : 1, rank = in->operands[0]->shape.rank;
 		pe_tensor *starts[PE_MAX_RANK];
@@ -443,8 +438,6 @@ int record(struct runner *r, const struct hlo_instruction *in)
 			starts[d] = arg(r, in, first + d);
 		v->t = update ? pe_dynamic_update_slice(arg(r, in, 0), arg(r, in, 1), starts)
 		              : pe_dynamic_slice(arg(r, in, 0), starts, in->slice_sizes);
-	} else if (strcmp(op, "transpose") == 0) {
-		v->t = pe_transpose(arg(r, in, 0), in->dimensions, in->n_dimensions);
 	} else if (strcmp(op, "dot") == 0) {
 		if (in->has_batch_dims || in->lhs_contracting_dims == NULL ||
 		    in->rhs_contracting_dims == NULL ||
@@ -455,10 +448,6 @@ int record(struct runner *r, const struct hlo_instruction *in)
 			    "only lhs_contracting_dims={1}, rhs_contracting_dims={0} "
 			    "without batch dimensions has a kernel");
 		v->t = pe_dot(arg(r, in, 0), arg(r, in, 1));
-	} else if (strcmp(op, "convert") == 0) {
-		v->t = pe_convert(arg(r, in, 0), dtype);
-	} else if (strcmp(op, "reshape") == 0 || strcmp(op, "bitcast") == 0) {
-		v->t = pe_reshape(arg(r, in, 0), s->dims, s->rank);
 	} else if (strcmp(op, "pad") == 0) {
 		int64_t lo[PE_MAX_RANK], hi[PE_MAX_RANK], interior[PE_MAX_RANK];
 		const struct value *init = &r->vals[in->operands[1]->index];
@@ -493,7 +482,17 @@ int record(struct runner *r, const struct hlo_instruction *in)
 			                     "or minimum has a kernel");
 		v->t = pe_reduce_init(arg(r, in, 0), arg(r, in, 1), red, in->dimensions,
 		                      in->n_dimensions);
-	} else if (strcmp(op, "all-gather") == 0) {
+	} else {
+		return NOT_THIS_KIND;
+	}
+	return ST_OK;
+}
+
+/* Collectives over groups (NULL: every core): v->t, or NOT_THIS_KIND. */
+static int record_collective(struct runner *r, const struct hlo_instruction *in, const char *op,
+                             const pe_groups *groups, struct value *v)
+{
+	if (strcmp(op, "all-gather") == 0) {
 		v->t = in->n_dimensions == 1
 		           ? pe_all_gather_groups(arg(r, in, 0), (int)in->dimensions[0], groups)
 		           : NULL;
@@ -530,66 +529,124 @@ int record(struct runner *r, const struct hlo_instruction *in)
 		v->t = pe_collective_permute(arg(r, in, 0), pairs, n);
 		free(pairs);
 	} else {
-		/*
-		 * Planned and accounted; refused by a pod with real bytes. A tuple-shaped op is
-		 * one opaque node per element, which get-tuple-element then picks.
-		 */
-		for (int k = 0; k < in->n_operands; k++)
-			if (arg(r, in, k) == NULL)
-				return unimplemented(r, in, "an op without a kernel on a tuple");
-		int parts = s->type == HT_TUPLE ? s->n_tuple : 1;
-		pe_tensor **ops = calloc((size_t)in->n_operands + 1, sizeof(*ops));
-		pe_dtype *types = calloc((size_t)parts + 1, sizeof(*types));
-		const int64_t **dims = calloc((size_t)parts + 1, sizeof(*dims));
-		int *ranks = calloc((size_t)parts + 1, sizeof(int));
-		if (ops == NULL || types == NULL || dims == NULL || ranks == NULL ||
-		    (s->type == HT_TUPLE &&
-		     (v->elems = calloc((size_t)parts + 1, sizeof(*v->elems))) == NULL)) {
-			free(ops);
-			free(types);
-			free(dims);
-			free(ranks);
-			return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-		}
-		for (int k = 0; k < in->n_operands; k++)
-			ops[k] = arg(r, in, k);
-		int ok = 1;
-		for (int e = 0; e < parts; e++) {
-			const struct hlo_shape *es = s->type == HT_TUPLE ? &s->tuple[e] : s;
-			int et = es->type == HT_TUPLE ? -1 : pe_type(es->type);
-			ok &= et >= 0;
-			types[e] = (pe_dtype)et;
-			dims[e] = es->dims;
-			ranks[e] = es->rank;
-		}
-		char name[160];
-		snprintf(name, sizeof(name), "%s (%s, line %d)", in->opcode, in->name, in->line);
-		int rv = !ok ? unimplemented(r, in, "a tuple element has no podemu type")
-		         : s->type == HT_TUPLE
-		             ? pe_opaque_tuple(r->c, name, parts, types, dims, ranks, ops,
-		                               in->n_operands, v->elems)
-		             : ((v->t = pe_opaque(r->c, name, types[0], dims[0], ranks[0], ops,
-		                                  in->n_operands)) != NULL
-		                    ? set_layout(r, in, v->t, s)
-		                    : pe_last_code(r->c));
+		return NOT_THIS_KIND;
+	}
+	return ST_OK;
+}
+
+/*
+ * An op without a kernel: planned and accounted; refused by a pod with real bytes. A
+ * tuple-shaped op is one opaque node per element, which get-tuple-element then picks. The
+ * value is complete (with its layout) when this returns ST_OK.
+ */
+static int record_opaque(struct runner *r, const struct hlo_instruction *in, struct value *v)
+{
+	const struct hlo_shape *s = &in->shape;
+	for (int k = 0; k < in->n_operands; k++)
+		if (arg(r, in, k) == NULL)
+			return unimplemented(r, in, "an op without a kernel on a tuple");
+	int parts = s->type == HT_TUPLE ? s->n_tuple : 1;
+	pe_tensor **ops = calloc((size_t)in->n_operands + 1, sizeof(*ops));
+	pe_dtype *types = calloc((size_t)parts + 1, sizeof(*types));
+	const int64_t **dims = calloc((size_t)parts + 1, sizeof(*dims));
+	int *ranks = calloc((size_t)parts + 1, sizeof(int));
+	if (ops == NULL || types == NULL || dims == NULL || ranks == NULL ||
+	    (s->type == HT_TUPLE &&
+	     (v->elems = calloc((size_t)parts + 1, sizeof(*v->elems))) == NULL)) {
+		free(ops);
 		free(types);
 		free(dims);
 		free(ranks);
-		if (rv == ST_OK && s->type == HT_TUPLE) {
-			v->n = parts;
-			v->own_elems = true;
-		}
-		if (rv != ST_OK) {
-			free(ops);
-			if (r->st.code != ST_OK)
-				return r->st.code;
-			return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line,
-			                  in->name, pe_last_error(r->c));
-		}
-		free(ops);
-		if (s->type == HT_TUPLE)
-			return ST_OK;
+		return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	}
+	for (int k = 0; k < in->n_operands; k++)
+		ops[k] = arg(r, in, k);
+	int ok = 1;
+	for (int e = 0; e < parts; e++) {
+		const struct hlo_shape *es = s->type == HT_TUPLE ? &s->tuple[e] : s;
+		int et = es->type == HT_TUPLE ? -1 : pe_type(es->type);
+		ok &= et >= 0;
+		types[e] = (pe_dtype)et;
+		dims[e] = es->dims;
+		ranks[e] = es->rank;
+	}
+	char name[160];
+	snprintf(name, sizeof(name), "%s (%s, line %d)", in->opcode, in->name, in->line);
+	int rv = !ok                   ? unimplemented(r, in, "a tuple element has no podemu type")
+	         : s->type == HT_TUPLE ? pe_opaque_tuple(r->c, name, parts, types, dims, ranks, ops,
+	                                                 in->n_operands, v->elems)
+	                               : ((v->t = pe_opaque(r->c, name, types[0], dims[0], ranks[0],
+	                                                    ops, in->n_operands)) != NULL
+	                                      ? set_layout(r, in, v->t, s)
+	                                      : pe_last_code(r->c));
+	free(types);
+	free(dims);
+	free(ranks);
+	free(ops);
+	if (rv == ST_OK && s->type == HT_TUPLE) {
+		v->n = parts;
+		v->own_elems = true;
+	}
+	if (rv == ST_OK || r->st.code != ST_OK)
+		return rv == ST_OK ? ST_OK : r->st.code;
+	return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line, in->name,
+	                  pe_last_error(r->c));
+}
+
+int record(struct runner *r, const struct hlo_instruction *in)
+{
+	struct value *v = &r->vals[in->index];
+	const char *op = in->opcode;
+	const struct hlo_shape *s = &in->shape;
+	bool uploaded = false; /* a device buffer made in its layout already */
+	int dtype = s->type == HT_TUPLE ? 0 : pe_type(s->type);
+	if (s->type != HT_TUPLE && dtype < 0)
+		return unimplemented(r, in, "its element type has no kernels");
+	for (int k = 0; k < in->n_operands; k++)
+		if (in->operands[k]->shape.rank > PE_MAX_RANK || s->rank > PE_MAX_RANK)
+			return unimplemented(r, in, "the pod runs arrays of rank 8 at most");
+	pe_groups *groups = NULL;
+	if (in->replica_groups != NULL && strcmp(in->replica_groups, "{}") != 0 &&
+	    (groups = pe_groups_parse(r->c, in->replica_groups)) == NULL)
+		return status_set(&r->st, pe_last_code(r->c), "line %d: %s: %s", in->line, in->name,
+		                  pe_last_error(r->c));
+	/*
+	 * An async pair runs as its collective: the -start's value is (operand, result) as XLA
+	 * writes it (the result alone for all-reduce-start), the -done's the result.
+	 */
+	size_t len = strlen(op);
+	if (len > 5 && strcmp(op + len - 5, "-done") == 0) {
+		const struct value *start = &r->vals[in->operands[0]->index];
+		v->t = start->elems != NULL && start->n > 1 ? start->elems[1] : start->t;
+		return ST_OK;
+	}
+	char base[64];
+	bool async_start = len > 6 && len < sizeof(base) && strcmp(op + len - 6, "-start") == 0;
+	if (async_start) {
+		snprintf(base, sizeof(base), "%.*s", (int)(len - 6), op);
+		op = base;
+	}
+	if (strcmp(op, "while") == 0 || strcmp(op, "call") == 0 || strcmp(op, "conditional") == 0)
+		return control_flow(r, in, v);
+	if (strcmp(op, "tuple") == 0 || strcmp(op, "opt-barrier") == 0)
+		return record_tuple(r, in, v, strcmp(op, "opt-barrier") == 0);
+	if (strcmp(op, "get-tuple-element") == 0) {
+		const struct value *t = &r->vals[in->operands[0]->index];
+		if (t->elems == NULL || in->tuple_index >= t->n)
+			return unimplemented(r, in, "its operand is not a tuple podemu built");
+		v->t = t->elems[in->tuple_index];
+		return ST_OK;
+	}
+	int rv = strcmp(op, "constant") == 0 ? record_constant(r, in, dtype, v, &uploaded)
+	                                     : record_plain(r, in, op, dtype, v);
+	if (rv == NOT_THIS_KIND)
+		rv = record_shaped(r, in, op, v);
+	if (rv == NOT_THIS_KIND)
+		rv = record_collective(r, in, op, groups, v);
+	if (rv == NOT_THIS_KIND) /* its layout set, a tuple's elements made */
+		return record_opaque(r, in, v);
+	if (rv != ST_OK)
+		return rv;
 	if (v->t == NULL)
 		return status_set(&r->st,
 		                  pe_last_code(r->c) ? pe_last_code(r->c) : ST_INVALID_ARGUMENT,
