@@ -507,67 +507,63 @@ static int infer_collective(struct shape *out, enum opcode op, const Podemu__Nod
 	return shape_make(out, in->dtype, out->dims, in->rank, st);
 }
 
-int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
-                     const struct shape *shapes, const struct graph_env *env, struct status *st)
+/* Operands each op takes (-1: any number, checked by its own rule). */
+static const int op_arity[OP_COUNT] = {
+    [OP_PARAMETER] = 0,
+    [OP_CONSTANT] = 0,
+    [OP_IOTA] = 0,
+    [OP_REPLICA_ID] = 0,
+    [OP_ADD] = 2,
+    [OP_SUBTRACT] = 2,
+    [OP_MULTIPLY] = 2,
+    [OP_MAXIMUM] = 2,
+    [OP_MINIMUM] = 2,
+    [OP_CONVERT] = 1,
+    [OP_RESHAPE] = 1,
+    [OP_PAD] = 1,
+    [OP_SLICE] = 1,
+    [OP_CONCATENATE] = -1,
+    [OP_REDUCE] = -1,
+    [OP_OPT_BARRIER] = -1,
+    [OP_GET_TUPLE_ELEMENT] = 1,
+    [OP_ALL_GATHER] = 1,
+    [OP_ALL_REDUCE] = 1,
+    [OP_REDUCE_SCATTER] = 1,
+    [OP_ALL_TO_ALL] = 1,
+    [OP_COLLECTIVE_PERMUTE] = 1,
+    [OP_NEGATE] = 1,
+    [OP_TRANSPOSE] = 1,
+    [OP_DOT] = 2,
+    [OP_DIVIDE] = 2,
+    [OP_AND] = 2,
+    [OP_OR] = 2,
+    [OP_NOT] = 1,
+    [OP_ABS] = 1,
+    [OP_EXPONENTIAL] = 1,
+    [OP_LOG] = 1,
+    [OP_TANH] = 1,
+    [OP_SQRT] = 1,
+    [OP_RSQRT] = 1,
+    [OP_COMPARE] = 2,
+    [OP_SELECT] = 3,
+    [OP_BROADCAST] = 1,
+    [OP_PARTITION_ID] = 0,
+    [OP_DYNAMIC_SLICE] = -1,
+    [OP_DYNAMIC_UPDATE_SLICE] = -1,
+    [OP_TUPLE] = -1,
+    [OP_WHILE] = 1,
+    [OP_CONDITIONAL] = -1,
+    [OP_CALL] = -1,
+    [OP_OPAQUE] = -1,
+};
+
+/* The operand count the op takes, and operands that are earlier nodes and not tuples. */
+static int check_operands(const Podemu__Node *n, enum opcode op, int index,
+                          const struct shape *shapes, const char *label, struct status *st)
 {
-	const Podemu__Node *n = nodes[index];
-	char label[160];
-	node_label(label, sizeof(label), n, index);
-	enum opcode op = opcode_parse(n->opcode ? n->opcode : "");
-	if (op == OP_INVALID)
-		return status_set(st, ST_UNIMPLEMENTED, "node %d: unknown opcode '%s'", index,
-		                  n->opcode ? n->opcode : "");
-	static const int arity[OP_COUNT] = {
-	    [OP_PARAMETER] = 0,
-	    [OP_CONSTANT] = 0,
-	    [OP_IOTA] = 0,
-	    [OP_REPLICA_ID] = 0,
-	    [OP_ADD] = 2,
-	    [OP_SUBTRACT] = 2,
-	    [OP_MULTIPLY] = 2,
-	    [OP_MAXIMUM] = 2,
-	    [OP_MINIMUM] = 2,
-	    [OP_CONVERT] = 1,
-	    [OP_RESHAPE] = 1,
-	    [OP_PAD] = 1,
-	    [OP_SLICE] = 1,
-	    [OP_CONCATENATE] = -1,
-	    [OP_REDUCE] = -1,
-	    [OP_OPT_BARRIER] = -1,
-	    [OP_GET_TUPLE_ELEMENT] = 1,
-	    [OP_ALL_GATHER] = 1,
-	    [OP_ALL_REDUCE] = 1,
-	    [OP_REDUCE_SCATTER] = 1,
-	    [OP_ALL_TO_ALL] = 1,
-	    [OP_COLLECTIVE_PERMUTE] = 1,
-	    [OP_NEGATE] = 1,
-	    [OP_TRANSPOSE] = 1,
-	    [OP_DOT] = 2,
-	    [OP_DIVIDE] = 2,
-	    [OP_AND] = 2,
-	    [OP_OR] = 2,
-	    [OP_NOT] = 1,
-	    [OP_ABS] = 1,
-	    [OP_EXPONENTIAL] = 1,
-	    [OP_LOG] = 1,
-	    [OP_TANH] = 1,
-	    [OP_SQRT] = 1,
-	    [OP_RSQRT] = 1,
-	    [OP_COMPARE] = 2,
-	    [OP_SELECT] = 3,
-	    [OP_BROADCAST] = 1,
-	    [OP_PARTITION_ID] = 0,
-	    [OP_DYNAMIC_SLICE] = -1,
-	    [OP_DYNAMIC_UPDATE_SLICE] = -1,
-	    [OP_TUPLE] = -1,
-	    [OP_WHILE] = 1,
-	    [OP_CONDITIONAL] = -1,
-	    [OP_CALL] = -1,
-	    [OP_OPAQUE] = -1,
-	};
-	if (arity[op] >= 0 && n->n_operands != (size_t)arity[op])
+	if (op_arity[op] >= 0 && n->n_operands != (size_t)op_arity[op])
 		return status_set(st, ST_INVALID_ARGUMENT, "%s: expects %d operands, got %zu",
-		                  label, arity[op], n->n_operands);
+		                  label, op_arity[op], n->n_operands);
 	for (size_t k = 0; k < n->n_operands; k++) {
 		int32_t o = n->operands[k];
 		if (o < 0 || o >= index)
@@ -581,23 +577,139 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 			                  "get-tuple-element",
 			                  label, k);
 	}
+	return ST_OK;
+}
+
+/* A parameter of the entry computation: a device buffer, of the shape its node declares. */
+static int infer_parameter(struct shape *out, const Podemu__Node *n, const char *label,
+                           struct status *st)
+{
+	int rv = shape_from_proto(out, n->shape, st);
+	if (rv != ST_OK)
+		return status_set(st, rv, "%s: %s", label, st->message);
+	if (n->handle == 0)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: parameter has no buffer handle",
+		                  label);
+	if (out->tuple)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: a device buffer cannot be a tuple",
+		                  label);
+	return ST_OK;
+}
+
+/* constant and iota: the array shape their node declares. */
+static int infer_generated(struct shape *out, enum opcode op, const Podemu__Node *n,
+                           const char *label, struct status *st)
+{
+	int rv = shape_from_proto(out, n->shape, st);
+	if (rv != ST_OK)
+		return status_set(st, rv, "%s: %s", label, st->message);
+	if (out->tuple)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: result cannot be a tuple", label);
+	if (op == OP_CONSTANT)
+		return check_value_fits(n, out->dtype, label, st);
+	if (out->rank < 1 || n->n_dimensions != 1 || n->dimensions[0] < 0 ||
+	    n->dimensions[0] >= out->rank)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: iota_dimension must name a dimension of %d", label,
+		                  out->rank);
+	return ST_OK;
+}
+
+static int infer_reshape(struct shape *out, const Podemu__Node *n, const struct shape *a,
+                         const char *label, struct status *st)
+{
+	if (n->n_dimensions > SHAPE_MAX_RANK)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: rank %zu is too large", label,
+		                  n->n_dimensions);
+	int rv = shape_make(out, a->dtype, n->dimensions, (int)n->n_dimensions, st);
+	if (rv != ST_OK)
+		return status_set(st, rv, "%s: %s", label, st->message);
+	if (shape_elements(out) != shape_elements(a)) {
+		char sa[128], sb[128];
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Reshape operation has mismatched element counts: "
+		                  "from=%lld (%s) to=%lld (%s).",
+		                  label, (long long)shape_elements(a),
+		                  shape_format(sa, sizeof(sa), a), (long long)shape_elements(out),
+		                  shape_format(sb, sizeof(sb), out));
+	}
+	return ST_OK;
+}
+
+static int infer_get_tuple_element(struct shape *out, const Podemu__Node *n, const struct shape *a,
+                                   const char *label, struct status *st)
+{
+	if (!a->tuple)
+		return status_set(st, ST_INVALID_ARGUMENT, "%s: operand is not a tuple", label);
+	if (n->tuple_index < 0 || n->tuple_index >= a->n_elements)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: tuple index %d out of range for a %d-element tuple", label,
+		                  n->tuple_index, a->n_elements);
+	*out = a->elements[n->tuple_index];
+	return ST_OK;
+}
+
+static int infer_transpose(struct shape *out, const Podemu__Node *n, const struct shape *a,
+                           const char *label, struct status *st)
+{
+	bool seen[SHAPE_MAX_RANK] = {false};
+	if (n->n_dimensions != (size_t)a->rank)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Transpose dimensions [%zu entries] must have the same "
+		                  "size as the operand's rank %d",
+		                  label, n->n_dimensions, a->rank);
+	*out = *a;
+	for (int d = 0; d < a->rank; d++) {
+		int64_t from = n->dimensions[d];
+		if (from < 0 || from >= a->rank || seen[from])
+			return status_set(st, ST_INVALID_ARGUMENT,
+			                  "%s: Transpose dimensions must be a permutation of 0..%d",
+			                  label, a->rank - 1);
+		seen[from] = true;
+		out->dims[d] = a->dims[from];
+	}
+	return ST_OK;
+}
+
+static int infer_dot(struct shape *out, const struct shape *a, const struct shape *b,
+                     const char *label, struct status *st)
+{
+	char sa[128], sb[128];
+	if (a->rank != 2 || b->rank != 2 || a->dtype != b->dtype || a->dtype == DT_PRED ||
+	    a->dims[1] != b->dims[0])
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: Cannot infer shape for dot operation: %s <dot> %s. "
+		                  "podemu's dot multiplies [m,k] by [k,n] of one arithmetic type.",
+		                  label, shape_format(sa, sizeof(sa), a),
+		                  shape_format(sb, sizeof(sb), b));
+	int64_t dims[2] = {a->dims[0], b->dims[1]};
+	int rv = shape_make(out, a->dtype, dims, 2, st);
+	if (rv != ST_OK)
+		return status_set(st, rv, "%s: %s", label, st->message);
+	return ST_OK;
+}
+
+int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
+                     const struct shape *shapes, const struct graph_env *env, struct status *st)
+{
+	const Podemu__Node *n = nodes[index];
+	char label[160];
+	node_label(label, sizeof(label), n, index);
+	enum opcode op = opcode_parse(n->opcode ? n->opcode : "");
+	if (op == OP_INVALID)
+		return status_set(st, ST_UNIMPLEMENTED, "node %d: unknown opcode '%s'", index,
+		                  n->opcode ? n->opcode : "");
+	int rv = check_operands(n, op, index, shapes, label, st);
+	if (rv != ST_OK)
+		return rv;
 	const struct shape *a = n->n_operands > 0 ? &shapes[n->operands[0]] : NULL;
 	if (opcode_is_unary(op))
 		return infer_unary(out, a, op, label, st);
-	int rv;
 	switch (op) {
 	case OP_PARAMETER:
 		if (env->in_computation)
 			return infer_computation_parameter(out, n, env, label, st);
-		if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)
-			return status_set(st, rv, "%s: %s", label, st->message);
-		if (n->handle == 0)
-			return status_set(st, ST_INVALID_ARGUMENT,
-			                  "%s: parameter has no buffer handle", label);
-		if (out->tuple)
-			return status_set(st, ST_INVALID_ARGUMENT,
-			                  "%s: a device buffer cannot be a tuple", label);
-		return ST_OK;
+		return infer_parameter(out, n, label, st);
 	case OP_TUPLE:
 		return tuple_of(out, n, shapes, env, label, st);
 	case OP_WHILE:
@@ -611,19 +723,7 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 		return declared_shape(out, n->shape, env, label, st);
 	case OP_CONSTANT:
 	case OP_IOTA:
-		if ((rv = shape_from_proto(out, n->shape, st)) != ST_OK)
-			return status_set(st, rv, "%s: %s", label, st->message);
-		if (out->tuple)
-			return status_set(st, ST_INVALID_ARGUMENT, "%s: result cannot be a tuple",
-			                  label);
-		if (op == OP_CONSTANT)
-			return check_value_fits(n, out->dtype, label, st);
-		if (out->rank < 1 || n->n_dimensions != 1 || n->dimensions[0] < 0 ||
-		    n->dimensions[0] >= out->rank)
-			return status_set(st, ST_INVALID_ARGUMENT,
-			                  "%s: iota_dimension must name a dimension of %d", label,
-			                  out->rank);
-		return ST_OK;
+		return infer_generated(out, op, n, label, st);
 	case OP_REPLICA_ID:
 	case OP_PARTITION_ID:
 		return shape_make(out, DT_U32, NULL, 0, st);
@@ -643,24 +743,8 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 		*out = *a;
 		out->dtype = (int)n->shape->dtype;
 		return ST_OK;
-	case OP_RESHAPE: {
-		if (n->n_dimensions > SHAPE_MAX_RANK)
-			return status_set(st, ST_INVALID_ARGUMENT, "%s: rank %zu is too large",
-			                  label, n->n_dimensions);
-		if ((rv = shape_make(out, a->dtype, n->dimensions, (int)n->n_dimensions, st)) !=
-		    ST_OK)
-			return status_set(st, rv, "%s: %s", label, st->message);
-		if (shape_elements(out) != shape_elements(a)) {
-			char sa[128], sb[128];
-			return status_set(
-			    st, ST_INVALID_ARGUMENT,
-			    "%s: Reshape operation has mismatched element counts: "
-			    "from=%lld (%s) to=%lld (%s).",
-			    label, (long long)shape_elements(a), shape_format(sa, sizeof(sa), a),
-			    (long long)shape_elements(out), shape_format(sb, sizeof(sb), out));
-		}
-		return ST_OK;
-	}
+	case OP_RESHAPE:
+		return infer_reshape(out, n, a, label, st);
 	case OP_PAD:
 		if ((rv = check_value_fits(n, a->dtype, label, st)) != ST_OK)
 			return rv;
@@ -674,15 +758,7 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 	case OP_OPT_BARRIER:
 		return tuple_of(out, n, shapes, env, label, st);
 	case OP_GET_TUPLE_ELEMENT:
-		if (!a->tuple)
-			return status_set(st, ST_INVALID_ARGUMENT, "%s: operand is not a tuple",
-			                  label);
-		if (n->tuple_index < 0 || n->tuple_index >= a->n_elements)
-			return status_set(st, ST_INVALID_ARGUMENT,
-			                  "%s: tuple index %d out of range for a %d-element tuple",
-			                  label, n->tuple_index, a->n_elements);
-		*out = a->elements[n->tuple_index];
-		return ST_OK;
+		return infer_get_tuple_element(out, n, a, label, st);
 	case OP_ALL_GATHER:
 	case OP_ALL_REDUCE:
 	case OP_REDUCE_SCATTER:
@@ -701,45 +777,10 @@ int graph_infer_node(struct shape *out, Podemu__Node *const *nodes, int index,
 		if (n->n_operands < (op == OP_DYNAMIC_SLICE ? 1u : 2u))
 			return status_set(st, ST_INVALID_ARGUMENT, "%s: too few operands", label);
 		return infer_dynamic_slice(out, op, n, shapes, label, st);
-	case OP_TRANSPOSE: {
-		bool seen[SHAPE_MAX_RANK] = {false};
-		if (n->n_dimensions != (size_t)a->rank)
-			return status_set(
-			    st, ST_INVALID_ARGUMENT,
-			    "%s: Transpose dimensions [%zu entries] must have the same "
-			    "size as the operand's rank %d",
-			    label, n->n_dimensions, a->rank);
-		*out = *a;
-		for (int d = 0; d < a->rank; d++) {
-			int64_t from = n->dimensions[d];
-			if (from < 0 || from >= a->rank || seen[from])
-				return status_set(
-				    st, ST_INVALID_ARGUMENT,
-				    "%s: Transpose dimensions must be a permutation of "
-				    "0..%d",
-				    label, a->rank - 1);
-			seen[from] = true;
-			out->dims[d] = a->dims[from];
-		}
-		return ST_OK;
-	}
-	case OP_DOT: {
-		const struct shape *b = &shapes[n->operands[1]];
-		char sa[128], sb[128];
-		if (a->rank != 2 || b->rank != 2 || a->dtype != b->dtype || a->dtype == DT_PRED ||
-		    a->dims[1] != b->dims[0])
-			return status_set(
-			    st, ST_INVALID_ARGUMENT,
-			    "%s: Cannot infer shape for dot operation: %s <dot> %s. "
-			    "podemu's dot multiplies [m,k] by [k,n] of one arithmetic "
-			    "type.",
-			    label, shape_format(sa, sizeof(sa), a),
-			    shape_format(sb, sizeof(sb), b));
-		int64_t dims[2] = {a->dims[0], b->dims[1]};
-		if ((rv = shape_make(out, a->dtype, dims, 2, st)) != ST_OK)
-			return status_set(st, rv, "%s: %s", label, st->message);
-		return ST_OK;
-	}
+	case OP_TRANSPOSE:
+		return infer_transpose(out, n, a, label, st);
+	case OP_DOT:
+		return infer_dot(out, a, &shapes[n->operands[1]], label, st);
 	default:
 		return status_set(st, ST_UNIMPLEMENTED, "%s: not implemented", label);
 	}
