@@ -400,6 +400,7 @@ int main(int argc, char **argv)
 	const char *cpus = NULL;
 	struct daemon_trust trust = {0};
 	enum log_level level = LOG_INFO;
+	struct status st;
 	p.backing = "host";
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -428,10 +429,9 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'H':
-			count = atoi(optarg);
-			if (count < 1 || count > AGENT_MAX_HOSTS) {
-				fprintf(stderr, "podemu-agent: --hosts must be in [1, %d]\n",
-				        AGENT_MAX_HOSTS);
+			if (parse_int(&count, "--hosts", optarg, 1, AGENT_MAX_HOSTS, &st) !=
+			    ST_OK) {
+				fprintf(stderr, "podemu-agent: %s\n", st.message);
 				return 2;
 			}
 			break;
@@ -439,7 +439,11 @@ int main(int argc, char **argv)
 			p.backing = optarg;
 			break;
 		case 'B':
-			heartbeat_ms = atoi(optarg);
+			if (parse_int(&heartbeat_ms, "--heartbeat-ms", optarg, 50, 60000, &st) !=
+			    ST_OK) {
+				fprintf(stderr, "podemu-agent: %s\n", st.message);
+				return 2;
+			}
 			break;
 		case 'C':
 			cpus = optarg;
@@ -470,7 +474,6 @@ int main(int argc, char **argv)
 	if (cpus != NULL) {
 		/* Before any thread starts: nng's, the cores' and the server's inherit it. */
 		cpu_set_t set;
-		struct status st;
 		if (cpus_parse(&set, cpus, &st) != ST_OK) {
 			fprintf(stderr, "podemu-agent: --cpus: %s\n", st.message);
 			return 2;
@@ -482,10 +485,6 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(p.backing, "host") != 0 && strcmp(p.backing, "none") != 0) {
 		fprintf(stderr, "podemu-agent: --backing must be host or none\n");
-		return 2;
-	}
-	if (heartbeat_ms < 50 || heartbeat_ms > 60000) {
-		fprintf(stderr, "podemu-agent: --heartbeat-ms must be in [50, 60000]\n");
 		return 2;
 	}
 	log_init("agent", level);
@@ -502,7 +501,6 @@ int main(int argc, char **argv)
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	mallopt(M_ARENA_MAX, 1);
 
-	struct status st;
 	char token[TOKEN_MAX + 1];
 	const char *listens[] = {data_listen, control_listen};
 	if (token_for_daemon(token, &trust, listens, 2, &st) != ST_OK) {

@@ -4,6 +4,7 @@
  * pe_disconnect. A process that exits or is killed stops renewing; the coordinator then ends
  * the session and frees its buffers, as a TPU's buffers die with their process.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "clock.h"
 #include "rpc.h"
 #include "services.h"
+#include "topology.h"
 
 /* The program's name, as /proc tells it ("" elsewhere). */
 static void program_name(char *out, size_t len)
@@ -69,7 +71,11 @@ static int open_session(pe_client *c, uint64_t *id, int *lease_ms, uint64_t *epo
 	req.host_name = host;
 	req.name = name;
 	const char *lease = getenv("PODEMU_SESSION_LEASE_MS");
-	req.lease_ms = lease != NULL ? atoi(lease) : 0;
+	int lease_asked = 0; /* 0: the pod's lease; the coordinator checks the range */
+	if (lease != NULL && lease[0] != '\0' &&
+	    parse_int(&lease_asked, "PODEMU_SESSION_LEASE_MS", lease, 0, INT_MAX, st) != ST_OK)
+		return st->code;
+	req.lease_ms = lease_asked;
 	struct arena *a = arena_new();
 	if (a == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");

@@ -1,6 +1,8 @@
 #include "topology.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,4 +139,20 @@ bad:
 	return status_set(st, ST_INVALID_ARGUMENT,
 	                  "invalid size '%s' (expected bytes, or a number with K, M, G or T)",
 	                  text);
+}
+
+int parse_int(int *out, const char *what, const char *text, int lo, int hi, struct status *st)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(text, &end, 10);
+	if (end != text && *end == '\0' && errno == 0 && v >= lo && v <= hi) {
+		*out = (int)v;
+		return ST_OK;
+	}
+	if (hi == INT_MAX)
+		return status_set(st, ST_INVALID_ARGUMENT,
+		                  "%s: '%s' is not a whole number of at least %d", what, text, lo);
+	return status_set(st, ST_INVALID_ARGUMENT, "%s: '%s' is not a whole number in [%d, %d]",
+	                  what, text, lo, hi);
 }

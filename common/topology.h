@@ -49,4 +49,11 @@ static inline int64_t topology_bytes_limit(const struct topology *t)
  */
 int parse_size(int64_t *out, const char *text, struct status *st);
 
+/*
+ * Parses what (an option's name, say) from text: a whole decimal number in [lo, hi], nothing
+ * after it. Returns INVALID_ARGUMENT naming what and quoting the text on anything else (a
+ * word, a fraction, an empty text, out of range).
+ */
+int parse_int(int *out, const char *what, const char *text, int lo, int hi, struct status *st);
+
 #endif

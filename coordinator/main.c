@@ -5,6 +5,7 @@
  */
 #include <event2/event.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,7 +97,45 @@ static int write_file_atomic(const char *path, const char *text)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line, checked. */
+struct options {
+	const char *listen_url, *address_file, *http_listen, *http_file;
+	const char *algo; /* NULL or "": chosen per collective */
+	struct topology topo;
+	int64_t chunk, combine;
+	int collective_timeout, heartbeat_timeout, session_lease, window;
+	bool memory_aware, fusion, tiled;
+	struct daemon_trust trust;
+	enum log_level level;
+};
+
+static bool one_of(const char *text, const char *const *names)
+{
+	for (; *names != NULL; names++)
+		if (strcmp(text, *names) == 0)
+			return true;
+	return false;
+}
+
+/* The pod: --hosts/--cores-per-host/--hbm, else a preset. */
+static int pick_topology(struct options *o, const char *preset, const char *hosts,
+                         const char *cores, const char *hbm_text, struct status *st)
+{
+	if (hosts == NULL && cores == NULL && hbm_text == NULL)
+		return topology_from_preset(&o->topo, preset ? preset : "v3-8", st);
+	int h = 1, c = 8, rv = ST_OK;
+	int64_t hbm = 16LL << 30;
+	if (hosts != NULL)
+		rv = parse_int(&h, "--hosts", hosts, 1, INT_MAX, st);
+	if (rv == ST_OK && cores != NULL)
+		rv = parse_int(&c, "--cores-per-host", cores, 1, INT_MAX, st);
+	if (rv == ST_OK && hbm_text != NULL && (rv = parse_size(&hbm, hbm_text, st)) != ST_OK)
+		status_set(st, rv, "--hbm: %s", st->message);
+	return rv == ST_OK ? topology_custom(&o->topo, h, c, hbm, st) : rv;
+}
+
+/* Parses argv into o: -1 to go on, else the exit code (its reason said). */
+static int parse_options(struct options *o, int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    {"listen", required_argument, NULL, 'l'},
@@ -122,58 +161,68 @@ int main(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
 	};
-	const char *listen_url = "tcp://127.0.0.1:7460", *topology_name = NULL;
-	const char *address_file = NULL, *hbm_text = NULL, *chunk_text = "4M";
-	const char *http_listen = NULL, *http_file = NULL;
-	const char *combine_text = "30M", *scheduler = "memory-aware", *fusion = "elementwise",
-	           *layout = "tpu";
-	int hosts = 0, cores = 0, collective_timeout = 120000, heartbeat_timeout = 3000, window = 4;
-	int session_lease = SESSION_DEFAULT_LEASE_MS;
-	const char *algo = getenv("PODEMU_COLLECTIVE_ALGO");
-	struct daemon_trust trust = {0};
-	enum log_level level = LOG_INFO;
-	int c;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	static const char *const algos[] = {
+	    "ring", "direct", "recursive-doubling", "hierarchical", "torus", "bidirectional-ring",
+	    NULL};
+	static const char *const schedulers[] = {"memory-aware", "recorded", NULL};
+	static const char *const fusions[] = {"elementwise", "none", NULL};
+	static const char *const layouts[] = {"tpu", "none", NULL};
+	*o = (struct options){.listen_url = "tcp://127.0.0.1:7460",
+	                      .algo = getenv("PODEMU_COLLECTIVE_ALGO"),
+	                      .collective_timeout = 120000,
+	                      .heartbeat_timeout = 3000,
+	                      .session_lease = SESSION_DEFAULT_LEASE_MS,
+	                      .window = 4,
+	                      .level = LOG_INFO};
+	const char *topology = NULL, *hosts = NULL, *cores = NULL, *hbm = NULL;
+	const char *chunk = "4M", *combine = "30M", *scheduler = "memory-aware";
+	const char *fusion = "elementwise", *layout = "tpu";
+	struct status st;
+	status_clear(&st);
+	int rv = ST_OK, c;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && rv == ST_OK) {
 		switch (c) {
 		case 'l':
-			listen_url = optarg;
+			o->listen_url = optarg;
 			break;
 		case 't':
-			topology_name = optarg;
+			topology = optarg;
 			break;
 		case 'H':
-			hosts = atoi(optarg);
+			hosts = optarg;
 			break;
 		case 'C':
-			cores = atoi(optarg);
+			cores = optarg;
 			break;
 		case 'M':
-			hbm_text = optarg;
+			hbm = optarg;
 			break;
 		case 'a':
-			address_file = optarg;
+			o->address_file = optarg;
 			break;
 		case 'c':
-			chunk_text = optarg;
+			chunk = optarg;
 			break;
 		case 'T':
-			collective_timeout = atoi(optarg);
+			rv = parse_int(&o->collective_timeout, "--collective-timeout-ms", optarg,
+			               100, INT_MAX, &st);
 			break;
 		case 'B':
-			heartbeat_timeout = atoi(optarg);
+			rv = parse_int(&o->heartbeat_timeout, "--heartbeat-timeout-ms", optarg, 100,
+			               INT_MAX, &st);
 			break;
 		case 'E':
-			session_lease = atoi(optarg);
+			rv = parse_int(&o->session_lease, "--session-lease-ms", optarg, 100,
+			               INT_MAX, &st);
 			break;
 		case 'A':
-			algo = optarg;
+			o->algo = optarg;
 			break;
-
 		case 'W':
-			window = atoi(optarg);
+			rv = parse_int(&o->window, "--window", optarg, 1, 64, &st);
 			break;
 		case 'K':
-			combine_text = optarg;
+			combine = optarg;
 			break;
 		case 'S':
 			scheduler = optarg;
@@ -185,103 +234,92 @@ int main(int argc, char **argv)
 			layout = optarg;
 			break;
 		case 'P':
-			http_listen = optarg;
+			o->http_listen = optarg;
 			break;
 		case 'U':
-			http_file = optarg;
+			o->http_file = optarg;
 			break;
 		case 'v':
-			level = LOG_DEBUG;
+			o->level = LOG_DEBUG;
 			break;
 		case 'h':
 			usage(stdout);
 			return 0;
 		default:
-			if (daemon_trust_option(&trust, c, optarg))
+			if (daemon_trust_option(&o->trust, c, optarg))
 				break;
 			usage(stderr);
 			return 2;
 		}
 	}
-	log_init("coordinator", level);
-	signal(SIGPIPE, SIG_IGN);
-
-	struct status st;
-	status_clear(&st);
-	struct topology topo;
-	int rv;
-	if (hosts || cores || hbm_text) {
-		int64_t hbm = 16LL << 30;
-		if (hbm_text != NULL && parse_size(&hbm, hbm_text, &st) != ST_OK) {
-			fprintf(stderr, "podemu-coordinator: --hbm: %s\n", st.message);
-			return 2;
-		}
-		rv = topology_custom(&topo, hosts ? hosts : 1, cores ? cores : 8, hbm, &st);
-	} else {
-		rv = topology_from_preset(&topo, topology_name ? topology_name : "v3-8", &st);
-	}
-	int64_t chunk;
 	if (rv == ST_OK)
-		rv = parse_size(&chunk, chunk_text, &st);
-	if (rv == ST_OK && (chunk < 4096 || chunk > (64 << 20)))
+		rv = pick_topology(o, topology, hosts, cores, hbm, &st);
+	if (rv == ST_OK && (rv = parse_size(&o->chunk, chunk, &st)) != ST_OK)
+		status_set(&st, rv, "--chunk-bytes: %s", st.message);
+	if (rv == ST_OK && (o->chunk < 4096 || o->chunk > (64 << 20)))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "--chunk-bytes must be in [4K, 64M]");
-	int64_t combine = 0;
-	if (rv == ST_OK && (rv = parse_size(&combine, combine_text, &st)) != ST_OK)
+	if (rv == ST_OK && (rv = parse_size(&o->combine, combine, &st)) != ST_OK)
 		status_set(&st, rv, "--combine-threshold-bytes: %s", st.message);
-	if (rv == ST_OK && strcmp(scheduler, "memory-aware") != 0 &&
-	    strcmp(scheduler, "recorded") != 0)
+	if (rv == ST_OK && !one_of(scheduler, schedulers))
 		rv = status_set(&st, ST_INVALID_ARGUMENT,
 		                "unknown scheduler '%s' (memory-aware, recorded)", scheduler);
-	if (rv == ST_OK && strcmp(fusion, "elementwise") != 0 && strcmp(fusion, "none") != 0)
+	if (rv == ST_OK && !one_of(fusion, fusions))
 		rv = status_set(&st, ST_INVALID_ARGUMENT, "unknown fusion '%s' (elementwise, none)",
 		                fusion);
-	if (rv == ST_OK && strcmp(layout, "tpu") != 0 && strcmp(layout, "none") != 0)
+	if (rv == ST_OK && !one_of(layout, layouts))
 		rv =
 		    status_set(&st, ST_INVALID_ARGUMENT, "unknown layout '%s' (tpu, none)", layout);
-	if (rv == ST_OK && (window < 1 || window > 64))
-		rv = status_set(&st, ST_INVALID_ARGUMENT, "--window must be in [1, 64]");
-	if (rv == ST_OK && algo != NULL && algo[0] != '\0' && strcmp(algo, "ring") != 0 &&
-	    strcmp(algo, "direct") != 0 && strcmp(algo, "recursive-doubling") != 0 &&
-	    strcmp(algo, "hierarchical") != 0 && strcmp(algo, "bidirectional-ring") != 0 &&
-	    strcmp(algo, "torus") != 0)
+	if (rv == ST_OK && o->algo != NULL && o->algo[0] != '\0' && !one_of(o->algo, algos))
 		rv = status_set(
 		    &st, ST_INVALID_ARGUMENT,
 		    "unknown collective algorithm '%s' (ring, bidirectional-ring, direct, "
 		    "recursive-doubling, hierarchical, torus)",
-		    algo);
-	if (rv == ST_OK &&
-	    (collective_timeout < 100 || heartbeat_timeout < 100 || session_lease < 100))
-		rv = status_set(&st, ST_INVALID_ARGUMENT, "timeouts must be at least 100 ms");
+		    o->algo);
 	if (rv != ST_OK) {
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 2;
 	}
+	o->memory_aware = strcmp(scheduler, "memory-aware") == 0;
+	o->fusion = strcmp(fusion, "elementwise") == 0;
+	o->tiled = strcmp(layout, "tpu") == 0;
+	return -1;
+}
 
+int main(int argc, char **argv)
+{
+	struct options o;
+	int code = parse_options(&o, argc, argv);
+	if (code >= 0)
+		return code;
+	log_init("coordinator", o.level);
+	signal(SIGPIPE, SIG_IGN);
+	struct status st;
+	status_clear(&st);
 	char token[TOKEN_MAX + 1];
-	if (token_for_daemon(token, &trust, &listen_url, 1, &st) != ST_OK) {
+	if (token_for_daemon(token, &o.trust, &o.listen_url, 1, &st) != ST_OK) {
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 2;
 	}
 
 	static struct coordinator co;
-	if (registry_init(&co.reg, &topo, heartbeat_timeout, &st) != ST_OK) {
+	if (registry_init(&co.reg, &o.topo, o.heartbeat_timeout, &st) != ST_OK) {
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 1;
 	}
 	pthread_mutex_init(&co.step_lock, NULL);
 	pthread_cond_init(&co.sequence_cv, NULL);
-	co.reg.session_lease_ms = session_lease;
+	co.reg.session_lease_ms = o.session_lease;
 	snprintf(co.reg.token, sizeof(co.reg.token), "%s", token);
-	co.chunk_bytes = chunk;
-	co.collective_timeout_ms = collective_timeout;
-	co.step_timeout_ms = collective_timeout + 600000;
+	co.chunk_bytes = o.chunk;
+	co.collective_timeout_ms = o.collective_timeout;
+	co.step_timeout_ms = o.collective_timeout + 600000;
 	co.agent_timeout_ms = 30000;
-	co.window = window;
-	co.collective_algorithm = algo;
-	co.schedule.combine_threshold_bytes = combine;
-	co.schedule.memory_aware = strcmp(scheduler, "memory-aware") == 0;
-	co.fusion = strcmp(fusion, "elementwise") == 0;
-	co.tiled = strcmp(layout, "tpu") == 0;
+	co.window = o.window;
+	co.collective_algorithm = o.algo;
+	co.schedule.combine_threshold_bytes = o.combine;
+	co.schedule.memory_aware = o.memory_aware;
+	co.fusion = o.fusion;
+	co.tiled = o.tiled;
 
 	struct rpc_server *server;
 	char bound[256];
@@ -289,7 +327,7 @@ int main(int argc, char **argv)
 	 * Each connection is served by its own thread: a client's renewals, on a connection of
 	 * their own, are answered while its steps wait for the step lock.
 	 */
-	if (rpc_server_start(&server, listen_url, &podemu__coordinator__descriptor,
+	if (rpc_server_start(&server, o.listen_url, &podemu__coordinator__descriptor,
 	                     coordinator_handlers, &co, token, bound, &st) != ST_OK) {
 
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
@@ -297,10 +335,10 @@ int main(int argc, char **argv)
 	}
 	log_info("listening on %s; topology %s: %d hosts x %d cores, %lld bytes HBM per core "
 	         "(%lld usable)",
-	         bound, topo.name, topo.num_hosts, topo.cores_per_host, (long long)topo.hbm_bytes,
-	         (long long)topology_bytes_limit(&topo));
-	if (address_file != NULL && write_file_atomic(address_file, bound) != 0) {
-		log_error("cannot write %s", address_file);
+	         bound, o.topo.name, o.topo.num_hosts, o.topo.cores_per_host,
+	         (long long)o.topo.hbm_bytes, (long long)topology_bytes_limit(&o.topo));
+	if (o.address_file != NULL && write_file_atomic(o.address_file, bound) != 0) {
+		log_error("cannot write %s", o.address_file);
 		rpc_server_stop(server);
 		return 1;
 	}
@@ -312,9 +350,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	struct http_server *http = NULL;
-	if (http_listen != NULL) {
+	if (o.http_listen != NULL) {
 		char url[300];
-		if (http_start(&http, &co, http_listen, token, bound, url, sizeof(url), &st) !=
+		if (http_start(&http, &co, o.http_listen, token, bound, url, sizeof(url), &st) !=
 		    ST_OK) {
 			fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 			sessions_stop_reaper(&co);
@@ -322,8 +360,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		log_info("dashboard and metrics at %s", url);
-		if (http_file != NULL && write_file_atomic(http_file, url) != 0)
-			log_error("cannot write %s", http_file);
+		if (o.http_file != NULL && write_file_atomic(o.http_file, url) != 0)
+			log_error("cannot write %s", o.http_file);
 	}
 
 	struct loop_state ls = {.base = event_base_new(), .co = &co};

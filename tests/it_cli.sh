@@ -7,10 +7,12 @@ name=cli
 source "$(dirname "$0")/pod_lib.sh"
 
 # Coordinator options pass through podemu up, and a bad one stops it with the coordinator's words.
-if pe up --hosts 1 --cores-per-host 1 --hbm 64M --window 0 --port 0 >"$state/window.txt" 2>&1; then
-	fail "podemu up --window 0 started a pod"
-fi
-grep -q -- "--window must be in \[1, 64\]" "$state/window.txt" || fail "--window 0 not refused"
+refused "podemu-coordinator: --window: '0' is not a whole number in \[1, 64\]" \
+	pe up --hosts 1 --cores-per-host 1 --hbm 64M --window 0 --port 0
+# Numbers are whole numbers: a word is refused, not read as 0.
+refused "--hosts: 'two' is not a whole number" pe up --hosts two --cores-per-host 1 --port 0
+refused "--iters: 'abc' is not a whole number" pe bench --iters abc
+refused "--min-bytes: 2 bytes hold no element" pe bench --min-bytes 2
 
 # A v3-8 at the seed's full size without backing: 512 MiB in, 4 GiB out per core.
 pe up --topology v3-8 --backing none --port 0 >/dev/null
@@ -25,6 +27,8 @@ for c in s["cores"]:
     assert c["bytes_limit"] == 16624123904, c   # 16 GiB minus the 530 MiB runtime reservation
     assert c["host"] == 0 and c["bytes_used"] == 0, c
 PY
+refused "PODEMU_SESSION_LEASE_MS: 'soon' is not a whole number" env PODEMU_SESSION_LEASE_MS=soon \
+	"$bin/podemu" demo --state-dir "$state"
 pe demo --json >"$state/demo.json"
 python3 - "$state/demo.json" <<'PY'
 import json, sys

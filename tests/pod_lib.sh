@@ -27,3 +27,12 @@ expect() {
 	((rc == 0)) || fail "$* exited with status $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))"): $out"
 	grep -Eq -- "$pattern" <<<"$out" || fail "$* printed no line matching '$pattern': $out"
 }
+# CMD must fail (not crash) and say PATTERN.
+refused() {
+	local pattern=$1 out rc=0
+	shift
+	out=$("$@" 2>&1) || rc=$?
+	((rc != 0)) || fail "$* succeeded: $out"
+	((rc < 128)) || fail "$* died of signal $((rc - 128)): $out"
+	grep -Eq -- "$pattern" <<<"$out" || fail "$* printed no line matching '$pattern': $out"
+}

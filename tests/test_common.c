@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,24 @@ static void test_parse_size(void **state)
 	assert_int_equal(parse_size(&v, "12Q", &st), ST_INVALID_ARGUMENT);
 	assert_int_equal(parse_size(&v, "99999999999T", &st), ST_INVALID_ARGUMENT);
 	assert_int_equal(parse_size(&v, "", &st), ST_INVALID_ARGUMENT);
+}
+
+static void test_parse_int(void **state)
+{
+	int v = -7;
+	struct status st;
+	assert_int_equal(parse_int(&v, "n", "64", 1, 64, &st), ST_OK);
+	assert_int_equal(v, 64);
+	assert_int_equal(parse_int(&v, "n", "-3", -5, 5, &st), ST_OK);
+	assert_int_equal(v, -3);
+	assert_int_equal(parse_int(&v, "--window", "65", 1, 64, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message, "--window: '65' is not a whole number in [1, 64]");
+	assert_int_equal(parse_int(&v, "--hosts", "two", 1, INT_MAX, &st), ST_INVALID_ARGUMENT);
+	assert_string_equal(st.message, "--hosts: 'two' is not a whole number of at least 1");
+	const char *bad[] = {"", "4x", "1.5", "0", "99999999999", "-99999999999"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(parse_int(&v, "n", bad[i], 1, INT_MAX, &st), ST_INVALID_ARGUMENT);
+	assert_int_equal(v, -3); /* untouched by a failure */
 }
 
 static void test_shapes(void **state)
@@ -301,6 +320,7 @@ int main(void)
 	    cmocka_unit_test(test_status_names),
 	    cmocka_unit_test(test_presets),
 	    cmocka_unit_test(test_parse_size),
+	    cmocka_unit_test(test_parse_int),
 	    cmocka_unit_test(test_shapes),
 	    cmocka_unit_test(test_arena_packs_small_allocations),
 	    cmocka_unit_test(test_arena_reset_reuses_its_blocks),

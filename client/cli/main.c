@@ -147,6 +147,142 @@ struct cli {
 	const char *param_dir;
 };
 
+/* A whole-number option in [lo, hi]: 0, or -1 after saying what is wrong with it. */
+static int int_option(int *out, const char *name, const char *text, int lo, int hi)
+{
+	struct status st;
+	if (parse_int(out, name, text, lo, hi, &st) == ST_OK)
+		return 0;
+	fprintf(stderr, "podemu: %s\n", st.message);
+	return -1;
+}
+
+/* One of `podemu up`'s options: 1 when c is one, 0 when not, -1 (said) on a bad value. */
+static int parse_up_option(struct up_options *u, int c, const char *arg)
+{
+	switch (c) {
+	case OPT_TOPOLOGY:
+		u->topology = arg;
+		return 1;
+	case OPT_HOSTS:
+		return int_option(&u->hosts, "--hosts", arg, 1, INT_MAX) == 0 ? 1 : -1;
+	case OPT_CORES:
+		return int_option(&u->cores_per_host, "--cores-per-host", arg, 1, INT_MAX) == 0
+		           ? 1
+		           : -1;
+	case OPT_HBM:
+		u->hbm = arg;
+		return 1;
+	case OPT_BACKING:
+		if (strcmp(arg, "host") != 0 && strcmp(arg, "none") != 0) {
+			fprintf(stderr, "podemu: --backing must be host or none\n");
+			return -1;
+		}
+		u->backing = arg;
+		return 1;
+	case OPT_PORT:
+		return int_option(&u->port, "--port", arg, 0, 65535) == 0 ? 1 : -1;
+	case OPT_HTTP_PORT: {
+		int port;
+		if (int_option(&port, "--http-port", arg, 0, 65535) != 0)
+			return -1;
+		u->http_port = arg;
+		return 1;
+	}
+	case OPT_TIMEOUT:
+		return int_option(&u->timeout_ms, "--timeout-ms", arg, 1, INT_MAX) == 0 ? 1 : -1;
+	case OPT_HOSTS_PER_AGENT:
+		return int_option(&u->hosts_per_agent, "--hosts-per-agent", arg, 1, 1024) == 0 ? 1
+		                                                                               : -1;
+	/* Checked by the coordinator, whose words podemu up passes on. */
+	case OPT_CHUNK:
+		u->chunk_bytes = arg;
+		return 1;
+	case OPT_WINDOW:
+		u->window = arg;
+		return 1;
+	case OPT_COLL_TIMEOUT:
+		u->collective_timeout_ms = arg;
+		return 1;
+	case OPT_LEASE:
+		u->heartbeat_timeout_ms = arg;
+		return 1;
+	case OPT_SESSION_LEASE:
+		u->session_lease_ms = arg;
+		return 1;
+	case OPT_SCHEDULER:
+		u->scheduler = arg;
+		return 1;
+	case OPT_FUSION:
+		u->fusion = arg;
+		return 1;
+	case OPT_TLS:
+		u->tls = 1;
+		return 1;
+	case OPT_BIND_TO:
+		if (strcmp(arg, "cpu") != 0 && strcmp(arg, "none") != 0) {
+			fprintf(stderr, "podemu: --bind-to must be cpu or none\n");
+			return -1;
+		}
+		u->bind_to = arg;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* One of `podemu bench`'s options: 1 when c is one, 0 when not, -1 (said) on a bad value. */
+static int parse_bench_option(struct bench_options *b, int c, const char *arg)
+{
+	switch (c) {
+	case OPT_OP:
+		b->ops = arg;
+		return 1;
+	case OPT_MIN_BYTES:
+	case OPT_MAX_BYTES: {
+		struct status st;
+		int64_t v = 0;
+		int rv = parse_size(&v, arg, &st);
+		if (rv == ST_OK && v < 4)
+			rv = status_set(&st, ST_INVALID_ARGUMENT,
+			                "%lld bytes hold no element: at least 4", (long long)v);
+		if (rv != ST_OK) {
+			fprintf(stderr, "podemu: %s: %s\n",
+			        c == OPT_MIN_BYTES ? "--min-bytes" : "--max-bytes", st.message);
+			return -1;
+		}
+		*(c == OPT_MIN_BYTES ? &b->min_bytes : &b->max_bytes) = v;
+		return 1;
+	}
+	case OPT_FACTOR:
+		return int_option(&b->factor, "--factor", arg, 2, INT_MAX) == 0 ? 1 : -1;
+	case OPT_ITERS:
+		return int_option(&b->iters, "--iters", arg, 1, INT_MAX) == 0 ? 1 : -1;
+	case OPT_WARMUP:
+		return int_option(&b->warmup, "--warmup", arg, 0, INT_MAX) == 0 ? 1 : -1;
+	case OPT_DTYPE:
+		b->dtype = arg;
+		return 1;
+	case OPT_GROUPS:
+		b->groups = arg;
+		return 1;
+	case OPT_MESH:
+		b->mesh = arg;
+		return 1;
+	case OPT_AXIS:
+		b->axis = arg;
+		return 1;
+	case OPT_CHECK:
+		b->check = 1;
+		return 1;
+	case OPT_NO_BYTES:
+		b->no_bytes = 1;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 static int parse(struct cli *o, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -197,38 +333,16 @@ static int parse(struct cli *o, int argc, char **argv)
 	int c;
 	char *end;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		int rv = parse_up_option(&o->up, c, optarg);
+		if (rv == 0)
+			rv = parse_bench_option(&o->bench, c, optarg);
+		if (rv < 0)
+			return -1;
+		if (rv > 0)
+			continue;
 		switch (c) {
 		case OPT_STATE_DIR:
 			o->state_dir_arg = optarg;
-			break;
-		case OPT_TOPOLOGY:
-			o->up.topology = optarg;
-			break;
-		case OPT_HOSTS:
-			o->up.hosts = atoi(optarg);
-			break;
-		case OPT_CORES:
-			o->up.cores_per_host = atoi(optarg);
-			break;
-		case OPT_HBM:
-			o->up.hbm = optarg;
-			break;
-		case OPT_BACKING:
-			if (strcmp(optarg, "host") != 0 && strcmp(optarg, "none") != 0) {
-				fprintf(stderr, "podemu: --backing must be host or none\n");
-				return -1;
-			}
-			o->up.backing = optarg;
-			break;
-		case OPT_PORT:
-			o->up.port = (int)strtol(optarg, &end, 10);
-			if (*end != '\0' || o->up.port < 0 || o->up.port > 65535) {
-				fprintf(stderr, "podemu: --port must be in [0, 65535]\n");
-				return -1;
-			}
-			break;
-		case OPT_TIMEOUT:
-			o->up.timeout_ms = atoi(optarg);
 			break;
 		case OPT_JSON:
 			o->json = 1;
@@ -243,91 +357,6 @@ static int parse(struct cli *o, int argc, char **argv)
 				return -1;
 			}
 			break;
-		case OPT_CHUNK:
-			o->up.chunk_bytes = optarg;
-			break;
-		case OPT_WINDOW:
-			o->up.window = optarg;
-			break;
-		case OPT_COLL_TIMEOUT:
-			o->up.collective_timeout_ms = optarg;
-			break;
-		case OPT_LEASE:
-			o->up.heartbeat_timeout_ms = optarg;
-			break;
-		case OPT_SESSION_LEASE:
-			o->up.session_lease_ms = optarg;
-			break;
-		case OPT_TLS:
-			o->up.tls = 1;
-			break;
-		case OPT_BIND_TO:
-			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "none") != 0) {
-				fprintf(stderr, "podemu: --bind-to must be cpu or none\n");
-				return -1;
-			}
-			o->up.bind_to = optarg;
-			break;
-		case OPT_HOSTS_PER_AGENT:
-			o->up.hosts_per_agent = atoi(optarg);
-			if (o->up.hosts_per_agent < 1 || o->up.hosts_per_agent > 1024) {
-				fprintf(stderr, "podemu: --hosts-per-agent must be in [1, 1024]\n");
-				return -1;
-			}
-			break;
-		case OPT_OP:
-			o->bench.ops = optarg;
-			break;
-		case OPT_MIN_BYTES:
-		case OPT_MAX_BYTES: {
-			struct status st;
-			int64_t v;
-			if (parse_size(&v, optarg, &st) != ST_OK || v < 4) {
-				fprintf(stderr, "podemu: %s\n", st.message);
-				return -1;
-			}
-			*(c == OPT_MIN_BYTES ? &o->bench.min_bytes : &o->bench.max_bytes) = v;
-			break;
-		}
-		case OPT_FACTOR:
-			o->bench.factor = atoi(optarg);
-			if (o->bench.factor < 2) {
-				fprintf(stderr, "podemu: --factor must be at least 2\n");
-				return -1;
-			}
-			break;
-		case OPT_DTYPE:
-			o->bench.dtype = optarg;
-			break;
-		case OPT_ITERS:
-			o->bench.iters = atoi(optarg);
-			break;
-		case OPT_WARMUP:
-			o->bench.warmup = atoi(optarg);
-			break;
-		case OPT_GROUPS:
-			o->bench.groups = optarg;
-			break;
-		case OPT_MESH:
-			o->bench.mesh = optarg;
-			break;
-		case OPT_AXIS:
-			o->bench.axis = optarg;
-			break;
-		case OPT_NO_BYTES:
-			o->bench.no_bytes = 1;
-			break;
-		case OPT_CHECK:
-			o->bench.check = 1;
-			break;
-		case OPT_HTTP_PORT:
-			if (strtol(optarg, &end, 10) < 0 || *end != '\0' ||
-			    strtol(optarg, NULL, 10) > 65535) {
-				fprintf(stderr, "podemu: --http-port must be in [0, 65535]\n");
-				return -1;
-			}
-			o->up.http_port = optarg;
-			break;
 		case OPT_LAYOUT:
 			o->layout = optarg;
 			o->up.layout = optarg;
@@ -337,12 +366,6 @@ static int parse(struct cli *o, int argc, char **argv)
 			break;
 		case OPT_NO_ALIAS:
 			o->no_alias = 1;
-			break;
-		case OPT_SCHEDULER:
-			o->up.scheduler = optarg;
-			break;
-		case OPT_FUSION:
-			o->up.fusion = optarg;
 			break;
 		case OPT_COMBINE:
 			o->up.combine_threshold = optarg;
