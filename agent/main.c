@@ -376,7 +376,16 @@ static void stop_hosts(struct agent_process *p)
 	}
 }
 
-int main(int argc, char **argv)
+/* The command line, checked. */
+struct options {
+	const char *coordinator, *data_listen, *control_listen, *advertise_host, *cpus;
+	int heartbeat_ms, first_index;
+	struct daemon_trust trust;
+	enum log_level level;
+};
+
+/* Parses argv into o and p's hosts and backing: -1 to go on, else the exit code (said). */
+static int parse_options(struct options *o, struct agent_process *p, int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    {"coordinator", required_argument, NULL, 'c'},
@@ -393,104 +402,148 @@ int main(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {0, 0, 0, 0},
 	};
-	static struct agent_process p;
-	const char *coordinator = "tcp://127.0.0.1:7460", *data_listen = "tcp://127.0.0.1:0";
-	const char *control_listen = "tcp://127.0.0.1:0", *advertise_host = NULL;
-	int heartbeat_ms = 1000, first_index = -1, index_count = 0, count = 0;
-	const char *cpus = NULL;
-	struct daemon_trust trust = {0};
-	enum log_level level = LOG_INFO;
+	*o = (struct options){.coordinator = "tcp://127.0.0.1:7460",
+	                      .data_listen = "tcp://127.0.0.1:0",
+	                      .control_listen = "tcp://127.0.0.1:0",
+	                      .heartbeat_ms = 1000,
+	                      .first_index = -1,
+	                      .level = LOG_INFO};
+	p->backing = "host";
+	int index_count = 0, count = 0, rv = ST_OK, c;
 	struct status st;
-	p.backing = "host";
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	p.epoch = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid();
-	int c;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	status_clear(&st);
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && rv == ST_OK) {
 		switch (c) {
 		case 'c':
-			coordinator = optarg;
+			o->coordinator = optarg;
 			break;
 		case 'l':
-			data_listen = optarg;
+			o->data_listen = optarg;
 			break;
 		case 'L':
-			control_listen = optarg;
+			o->control_listen = optarg;
 			break;
 		case 'A':
-			advertise_host = optarg;
+			o->advertise_host = optarg;
 			break;
 		case 'i':
-			if (parse_host_index(optarg, &first_index, &index_count) != 0) {
-				fprintf(stderr,
-				        "podemu-agent: --host-index must be N or A-B, not %s\n",
-				        optarg);
-				return 2;
-			}
+			if (parse_host_index(optarg, &o->first_index, &index_count) != 0)
+				rv = status_set(&st, ST_INVALID_ARGUMENT,
+				                "--host-index must be N or A-B, not %s", optarg);
 			break;
 		case 'H':
-			if (parse_int(&count, "--hosts", optarg, 1, AGENT_MAX_HOSTS, &st) !=
-			    ST_OK) {
-				fprintf(stderr, "podemu-agent: %s\n", st.message);
-				return 2;
-			}
+			rv = parse_int(&count, "--hosts", optarg, 1, AGENT_MAX_HOSTS, &st);
 			break;
 		case 'b':
-			p.backing = optarg;
+			p->backing = optarg;
 			break;
 		case 'B':
-			if (parse_int(&heartbeat_ms, "--heartbeat-ms", optarg, 50, 60000, &st) !=
-			    ST_OK) {
-				fprintf(stderr, "podemu-agent: %s\n", st.message);
-				return 2;
-			}
+			rv = parse_int(&o->heartbeat_ms, "--heartbeat-ms", optarg, 50, 60000, &st);
 			break;
 		case 'C':
-			cpus = optarg;
+			o->cpus = optarg;
 			break;
 		case 'v':
-			level = LOG_DEBUG;
+			o->level = LOG_DEBUG;
 			break;
 		case 'h':
 			usage(stdout);
 			return 0;
 		default:
-			if (daemon_trust_option(&trust, c, optarg))
+			if (daemon_trust_option(&o->trust, c, optarg))
 				break;
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (index_count > 1 && count != 0 && count != index_count) {
-		fprintf(stderr, "podemu-agent: --host-index names %d hosts, --hosts %d\n",
-		        index_count, count);
+	p->num_hosts = count != 0 ? count : index_count > 0 ? index_count : 1;
+	if (rv == ST_OK && index_count > 1 && count != 0 && count != index_count)
+		rv = status_set(&st, ST_INVALID_ARGUMENT, "--host-index names %d hosts, --hosts %d",
+		                index_count, count);
+	if (rv == ST_OK && p->num_hosts > AGENT_MAX_HOSTS)
+		rv = status_set(&st, ST_INVALID_ARGUMENT, "at most %d hosts per process",
+		                AGENT_MAX_HOSTS);
+	if (rv == ST_OK && strcmp(p->backing, "host") != 0 && strcmp(p->backing, "none") != 0)
+		rv = status_set(&st, ST_INVALID_ARGUMENT, "--backing must be host or none");
+	if (rv != ST_OK) {
+		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 2;
 	}
-	p.num_hosts = count != 0 ? count : index_count > 0 ? index_count : 1;
-	if (p.num_hosts > AGENT_MAX_HOSTS) {
-		fprintf(stderr, "podemu-agent: at most %d hosts per process\n", AGENT_MAX_HOSTS);
-		return 2;
+	return -1;
+}
+
+/* Binds the process to cpus (NULL: no binding) before any thread starts; false when it cannot. */
+static bool bind_cpus(const char *cpus)
+{
+	if (cpus == NULL)
+		return true;
+	/* nng's threads, the cores' and the server's inherit it. */
+	cpu_set_t set;
+	struct status st;
+	if (cpus_parse(&set, cpus, &st) != ST_OK) {
+		fprintf(stderr, "podemu-agent: --cpus: %s\n", st.message);
+		return false;
 	}
-	if (cpus != NULL) {
-		/* Before any thread starts: nng's, the cores' and the server's inherit it. */
-		cpu_set_t set;
-		if (cpus_parse(&set, cpus, &st) != ST_OK) {
-			fprintf(stderr, "podemu-agent: --cpus: %s\n", st.message);
-			return 2;
+	if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+		fprintf(stderr, "podemu-agent: --cpus %s: %s\n", cpus, strerror(errno));
+		return false;
+	}
+	return true;
+}
+
+/* Starts p's hosts and its coordinator client; 0, or an exit code after saying why. */
+static int start_process(struct agent_process *p, const struct options *o, const char *token)
+{
+	struct status st;
+	p->hosts = calloc((size_t)p->num_hosts, sizeof(*p->hosts));
+	if (p->hosts == NULL) {
+		fprintf(stderr, "podemu-agent: out of memory\n");
+		return 1;
+	}
+	for (int i = 0; i < p->num_hosts; i++) {
+		struct agent_host *m = &p->hosts[i];
+		m->proc = p;
+		m->requested_index = o->first_index >= 0 ? o->first_index + i : -1;
+		m->agent_epoch = p->epoch + (uint64_t)i;
+		if (start_host(p, i, o->data_listen, o->control_listen, o->advertise_host, token,
+		               &st) != ST_OK) {
+			fprintf(stderr, "podemu-agent: %s\n", st.message);
+			stop_hosts(p);
+			return 1;
 		}
-		if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-			fprintf(stderr, "podemu-agent: --cpus %s: %s\n", cpus, strerror(errno));
-			return 2;
-		}
 	}
-	if (strcmp(p.backing, "host") != 0 && strcmp(p.backing, "none") != 0) {
-		fprintf(stderr, "podemu-agent: --backing must be host or none\n");
+	if (rpc_client_open(&p->coordinator, o->coordinator, true, &st) != ST_OK) {
+		fprintf(stderr, "podemu-agent: %s\n", st.message);
+		stop_hosts(p);
+		return 1;
+	}
+	rpc_client_set_token(p->coordinator, token);
+	if (p->num_hosts == 1)
+		log_info("data plane %s, control %s, coordinator %s, backing %s",
+		         p->hosts[0].data_url, p->hosts[0].control_url, o->coordinator, p->backing);
+	else
+		log_info("%d hosts: data planes %s.., controls %s.., coordinator %s, backing %s",
+		         p->num_hosts, p->hosts[0].data_url, p->hosts[0].control_url,
+		         o->coordinator, p->backing);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct agent_process p;
+	struct options o;
+	int code = parse_options(&o, &p, argc, argv);
+	if (code >= 0)
+		return code;
+	if (!bind_cpus(o.cpus))
 		return 2;
-	}
-	log_init("agent", level);
-	if (cpus != NULL)
-		log_info("running on CPUs %s", cpus);
+	log_init("agent", o.level);
+	if (o.cpus != NULL)
+		log_info("running on CPUs %s", o.cpus);
 	signal(SIGPIPE, SIG_IGN);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	p.epoch = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^ (uint64_t)getpid();
 	/*
 	 * Chunk buffers (a few MiB, allocated and freed for every chunk) must come from reused heap
 	 * memory: served by fresh mmaps, each would page-fault anew and halve throughput. One
@@ -501,48 +554,21 @@ int main(int argc, char **argv)
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	mallopt(M_ARENA_MAX, 1);
 
+	struct status st;
 	char token[TOKEN_MAX + 1];
-	const char *listens[] = {data_listen, control_listen};
-	if (token_for_daemon(token, &trust, listens, 2, &st) != ST_OK) {
+	const char *listens[] = {o.data_listen, o.control_listen};
+	if (token_for_daemon(token, &o.trust, listens, 2, &st) != ST_OK) {
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 2;
 	}
-	p.hosts = calloc((size_t)p.num_hosts, sizeof(*p.hosts));
-	if (p.hosts == NULL) {
-		fprintf(stderr, "podemu-agent: out of memory\n");
-		return 1;
-	}
-	for (int i = 0; i < p.num_hosts; i++) {
-		struct agent_host *m = &p.hosts[i];
-		m->proc = &p;
-		m->requested_index = first_index >= 0 ? first_index + i : -1;
-		m->agent_epoch = p.epoch + (uint64_t)i;
-		if (start_host(&p, i, data_listen, control_listen, advertise_host, token, &st) !=
-		    ST_OK) {
-			fprintf(stderr, "podemu-agent: %s\n", st.message);
-			stop_hosts(&p);
-			return 1;
-		}
-	}
-	if (rpc_client_open(&p.coordinator, coordinator, true, &st) != ST_OK) {
-		fprintf(stderr, "podemu-agent: %s\n", st.message);
-		stop_hosts(&p);
-		return 1;
-	}
-	rpc_client_set_token(p.coordinator, token);
-	if (p.num_hosts == 1)
-		log_info("data plane %s, control %s, coordinator %s, backing %s",
-		         p.hosts[0].data_url, p.hosts[0].control_url, coordinator, p.backing);
-	else
-		log_info("%d hosts: data planes %s.., controls %s.., coordinator %s, backing %s",
-		         p.num_hosts, p.hosts[0].data_url, p.hosts[0].control_url, coordinator,
-		         p.backing);
+	if ((code = start_process(&p, &o, token)) != 0)
+		return code;
 
 	p.base = event_base_new();
 	struct event *sigint = evsignal_new(p.base, SIGINT, on_signal, &p);
 	struct event *sigterm = evsignal_new(p.base, SIGTERM, on_signal, &p);
 	struct event *timer = event_new(p.base, -1, EV_PERSIST, on_timer, &p);
-	struct timeval tick = {heartbeat_ms / 1000, (heartbeat_ms % 1000) * 1000};
+	struct timeval tick = {o.heartbeat_ms / 1000, (o.heartbeat_ms % 1000) * 1000};
 	struct event *idle = event_new(p.base, -1, EV_PERSIST, on_idle_timer, &p);
 	struct timeval idle_tick = {0, IDLE_RETURN_MS / 2 * 1000};
 	evsignal_add(sigint, NULL);
