@@ -104,7 +104,7 @@ void coll_close_post(struct run *r, int k, bool failed)
 			dp_request_cancel(p->placing);
 			cancelled = true;
 		}
-		if (pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+		if (coll_wait(r) == ETIMEDOUT)
 			failed = true;
 	}
 	pthread_mutex_unlock(&dev->lock);

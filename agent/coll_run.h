@@ -42,6 +42,7 @@ struct run {
 	struct inbox_entry **posts;
 	int num_posts;
 	int cap_posts;
+	bool remote; /* it has peers on other hosts */
 };
 
 static inline int host_of(const struct run *r, int ordinal)
@@ -67,6 +68,13 @@ static inline unsigned char *recv_base(const struct run *r, const Podemu__CollPh
 {
 	return ph->recv_work ? r->work : r->out;
 }
+
+/*
+ * Waits until the core is woken or r's deadline, dev->lock held, as pthread_cond_timedwait
+ * does: ETIMEDOUT once the deadline passed, else 0 (woken, or not: the caller looks again).
+ * With peers on other hosts it polls its host's data plane meanwhile (coll_wait.c).
+ */
+int coll_wait(struct run *r);
 
 /* A phase whose received bytes are copied from a peer agent: they may be read into place. */
 bool coll_placeable(const struct run *r, const Podemu__CollPhase *ph);

@@ -283,8 +283,7 @@ static int drain_posts(struct run *r, struct status *st)
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
-		else if (pthread_cond_timedwait(&r->c->cv, &r->dev->lock, &r->deadline) ==
-		         ETIMEDOUT)
+		else if (coll_wait(r) == ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a local core did not take this core's data within %d ms",
 			                r->s->timeout_ms);
@@ -452,8 +451,7 @@ static int run_phases(struct run *r, int k0, int count, const Podemu__Collective
 		pthread_mutex_lock(&dev->lock);
 		int timed_out = 0;
 		while (r->c->events == gen && !timed_out && r->s->cancel_code == ST_OK)
-			timed_out = pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) ==
-			            ETIMEDOUT;
+			timed_out = coll_wait(r) == ETIMEDOUT;
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
 		pthread_mutex_unlock(&dev->lock);
@@ -502,7 +500,7 @@ static int finish(struct run *r, int rv, struct status *st)
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
-		else if (pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+		else if (coll_wait(r) == ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a local core did not take this core's data within %d ms",
 			                r->s->timeout_ms);
@@ -524,7 +522,7 @@ static int finish(struct run *r, int rv, struct status *st)
 			break;
 		if (r->s->cancel_code != ST_OK)
 			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
-		else if (pthread_cond_timedwait(&r->c->cv, &dev->lock, &r->deadline) == ETIMEDOUT)
+		else if (coll_wait(r) == ETIMEDOUT)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a peer did not acknowledge this core's data within %d ms",
 			                r->s->timeout_ms);
@@ -637,6 +635,11 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 			rv = status_set(st, ST_INVALID_ARGUMENT,
 			                "program: %s needs a work area the plan does not reserve",
 			                sched->algorithm);
+	for (size_t k = 0; k < sched->n_phases && !r.remote; k++) {
+		const Podemu__CollPhase *ph = sched->phases[k];
+		r.remote = (ph->send_peer >= 0 && !is_local(&r, ph->send_peer)) ||
+		           (ph->recv_peer >= 0 && !is_local(&r, ph->recv_peer));
+	}
 	/* Without it, every chunk from a peer agent is copied by this core. */
 	r.receives = calloc(sched->n_phases + 1, sizeof(*r.receives));
 	if (rv == ST_OK && r.receives != NULL)
@@ -669,6 +672,9 @@ int coll_run(struct device *dev, struct step *s, struct core *c, int node, void 
 		pthread_mutex_unlock(&dev->lock);
 	}
 	rv = finish(&r, rv, st);
+	/* Its host's other cores may wait for reads while this one computes. */
+	if (dev->cores_per_host > 1)
+		core_release_dp(dev, c);
 	if (rv == ST_OK && opcode_parse(n->opcode) == OP_ALL_REDUCE)
 		apply_scale(&r, &s->shapes[node], n->scale);
 	free(r.send_tags);

@@ -601,3 +601,18 @@ void dp_stop(struct dataplane *dp)
 	dp_shutdown(dp);
 	dp_unref(dp, 1);
 }
+
+bool dp_hold(struct dataplane *dp, int wake_fd)
+{
+	return dp->reactor != NULL && dp_reactor_hold(dp->reactor, wake_fd);
+}
+
+int dp_poll(struct dataplane *dp, int timeout_ms)
+{
+	return dp_reactor_poll(dp->reactor, timeout_ms);
+}
+
+void dp_release(struct dataplane *dp)
+{
+	dp_reactor_release(dp->reactor);
+}

@@ -146,6 +146,24 @@ void dp_complete(struct dp_request *req, int code, const char *message);
 void dp_request_cancel(struct dp_request *req);
 
 /*
+ * A core that waits in a collective may poll the data plane itself: woken by the socket that
+ * has its bytes, it runs that read (and any other reader's) on its own thread, one thread
+ * hand-off less per chunk and per acknowledgement than the reactor thread reading them and
+ * waking the core. One holder at a time; the reactor thread sleeps meanwhile, so a holder
+ * must wait for nothing a read does except through dp_poll, and give the data plane back
+ * before it computes for long.
+ *
+ * dp_hold: true when the caller now holds it; false when another holds it, the streams are
+ * not plain TCP, or the data plane is stopping. wake_fd (an eventfd) written by another
+ * thread ends a dp_poll under way. dp_poll: waits up to timeout_ms for one event and runs
+ * it: 1 (an event ran, or wake_fd rang), 0 (timeout), -1 (the data plane is stopping:
+ * release it). dp_release: gives it back to the reactor thread.
+ */
+bool dp_hold(struct dataplane *dp, int wake_fd);
+int dp_poll(struct dataplane *dp, int timeout_ms);
+void dp_release(struct dataplane *dp);
+
+/*
  * Connects to each of urls that has no live stream yet, all dials at once, and keeps the
  * streams for dp_chan_open: a step's first collectives then do not dial peer after peer. A
  * dial that fails is left to dp_chan_open, which tries again and says why.

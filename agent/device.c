@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 
@@ -26,8 +28,10 @@ int device_init(struct device *dev, int host_index, int num_hosts, int cores_per
 	dev->cores = calloc((size_t)cores_per_host, sizeof(*dev->cores));
 	if (dev->cores == NULL)
 		return status_set(st, ST_RESOURCE_EXHAUSTED, "out of host memory");
-	for (int i = 0; i < cores_per_host; i++)
+	for (int i = 0; i < cores_per_host; i++) {
 		pthread_cond_init(&dev->cores[i].cv, NULL);
+		dev->cores[i].wake_fd = -1;
+	}
 	for (int i = 0; i < cores_per_host; i++) {
 		struct core *c = &dev->cores[i];
 		c->dev = dev;
@@ -39,6 +43,11 @@ int device_init(struct device *dev, int host_index, int num_hosts, int cores_per
 			return rv;
 		}
 		hbm_set_retain(&c->heap, retain);
+		if ((c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+			device_destroy(dev);
+			return status_set(st, ST_RESOURCE_EXHAUSTED,
+			                  "cannot make core %d's eventfd", c->ordinal);
+		}
 	}
 	for (int i = 0; i < cores_per_host; i++) {
 		struct core *c = &dev->cores[i];
@@ -76,6 +85,8 @@ void device_destroy(struct device *dev)
 	for (int i = 0; i < dev->cores_per_host; i++) {
 		hbm_destroy(&dev->cores[i].heap);
 		pthread_cond_destroy(&dev->cores[i].cv);
+		if (dev->cores[i].wake_fd >= 0)
+			close(dev->cores[i].wake_fd);
 	}
 	free(dev->cores);
 	dev->cores = NULL;
@@ -87,6 +98,12 @@ void core_wake(struct core *c)
 {
 	c->events++;
 	pthread_cond_signal(&c->cv);
+	/* A core's own reads (in its dp_poll) wake it by returning. */
+	if (c->polling && !pthread_equal(pthread_self(), c->thread)) {
+		uint64_t one = 1;
+		ssize_t n = write(c->wake_fd, &one, sizeof(one));
+		(void)n; /* a full counter still wakes the poll */
+	}
 }
 
 void device_wake_cores(struct device *dev)

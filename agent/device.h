@@ -45,6 +45,14 @@ struct core {
 	 * every core as each runs the same program (a collective in a loop runs once per trip).
 	 */
 	uint32_t collectives_run;
+	/*
+	 * While it waits in a collective it may hold its host's data plane and poll it itself
+	 * (dp_hold): `polling` (under dev->lock) while it may be in dp_poll, when core_wake also
+	 * writes wake_fd, an eventfd, to end the poll.
+	 */
+	int wake_fd;
+	bool holds_dp;
+	bool polling;
 };
 
 /* A device buffer exists on every core of the host (SPMD), at its own offset in each heap. */
@@ -70,6 +78,8 @@ struct device {
 	struct hindex index; /* handle -> buffers[] position */
 	struct step *step;   /* prepared or running */
 	struct dataplane *dp;
+	/* A core holds dp (coll_wait.c), or dp cannot be held (not plain TCP, or stopping). */
+	bool dp_held, dp_unholdable;
 	/*
 	 * A step reaches hosts at different times (ExecuteStep prepares and runs at once), so a
 	 * peer's chunks may come before this host prepared their step: they are held here unread

@@ -105,9 +105,13 @@ void dp_reactor_stop(struct dp_reactor *re);
 void dp_reactor_free(struct dp_reactor *re);
 /* Calls r->cb once r->fd is readable (r->lowat bytes, the end, or an error); -1 on failure. */
 int dp_reactor_arm(struct dp_reactor *re, struct dp_reader *r);
-/* Takes r out of the set; its callback does not run after this returns (or, on the reactor's
- * own thread, after the turn under way). */
+/* Takes r out of the set; its callback does not run after this returns (or, on the thread
+ * whose turn is under way, after that turn). */
 void dp_reactor_forget(struct dp_reactor *re, struct dp_reader *r);
+/* dp_hold, dp_poll and dp_release (dataplane.h) on the reactor. */
+bool dp_reactor_hold(struct dp_reactor *re, int wake_fd);
+int dp_reactor_poll(struct dp_reactor *re, int timeout_ms);
+void dp_reactor_release(struct dp_reactor *re);
 
 /* Streams and what runs on them (dp_stream.c). */
 /* Closes the stream; operations started after it complete at once with nothing moved. */

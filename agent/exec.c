@@ -370,7 +370,9 @@ static int run_core(struct device *dev, struct step *s, struct core *c, struct s
 	struct frame entry = {.comp = -1};
 	c->collectives_run = 0;
 	commit_step_memory(s, c);
-	return step_run_nodes(dev, s, c, &entry, st);
+	int rv = step_run_nodes(dev, s, c, &entry, st);
+	core_release_dp(dev, c);
+	return rv;
 }
 
 /* Core c is done with s, with status st. Lock held. */

@@ -190,6 +190,8 @@ void step_destroy(struct device *dev, struct step *s);
  */
 int coll_run(struct device *dev, struct step *s, struct core *c, int node, void *scratch,
              int64_t scratch_bytes, struct status *st);
+/* Gives back the data plane core c holds since a collective's wait (coll_wait.c), if any. */
+void core_release_dp(struct device *dev, struct core *c);
 /* Appends e to the inbox of local core `local` (inbox.c; lock held). */
 void inbox_push(struct step *s, int local, struct inbox_entry *e);
 /* Queues a chunk from a peer agent for its core (lock held by the caller). */

@@ -7,12 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <nng/nng.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include "dataplane.h"
@@ -35,6 +37,9 @@ struct sink {
 	int hold;      /* admit: hold chunks unread */
 	struct dp_request *held[4];
 	int num_held;
+	pthread_t holder; /* with holding: chunks delivered on this thread are counted */
+	int holding;
+	int by_holder;
 };
 
 static int deliver(void *arg, struct dp_request *req, const struct dp_header *h,
@@ -63,6 +68,7 @@ static int deliver(void *arg, struct dp_request *req, const struct dp_header *h,
 		memcpy(s->buf + h->offset, payload, h->length);
 	s->bytes += h->length;
 	s->chunks++;
+	s->by_holder += s->holding && pthread_equal(pthread_self(), s->holder);
 	s->lasts += (h->flags & DP_FLAG_LAST) != 0;
 	pthread_mutex_unlock(&s->lock);
 	return ST_OK;
@@ -136,6 +142,7 @@ static void reset_sink(int ready)
 	sink.chunks = sink.lasts = sink.num_parked = sink.refuse = 0;
 	sink.place = sink.placed = sink.unplaced = 0;
 	sink.hold = sink.num_held = 0;
+	sink.holding = sink.by_holder = 0;
 	sink.step = 0;
 	sink.ready = ready;
 	pthread_mutex_unlock(&sink.lock);
@@ -245,6 +252,68 @@ static void test_held_chunks_are_read_only_when_resumed(void **state)
 	struct status st;
 	assert_int_equal(dp_send(tx, peers, 1, &h, data, sizeof(data), 64, 2, 5000, &st), ST_OK);
 	assert_memory_equal(sink.buf, data, sizeof(data));
+}
+
+static int sink_chunks(void)
+{
+	pthread_mutex_lock(&sink.lock);
+	int n = sink.chunks;
+	pthread_mutex_unlock(&sink.lock);
+	return n;
+}
+
+/*
+ * A thread that holds the receiving data plane reads its chunks itself, in its dp_poll; its
+ * wake eventfd ends a poll; once it lets go, the reactor thread reads again.
+ */
+static void test_a_holder_reads_on_its_own_thread(void **state)
+{
+	reset_sink(1);
+	int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), other = eventfd(0, EFD_CLOEXEC);
+	assert_true(wake >= 0 && other >= 0);
+	assert_true(dp_hold(rx, wake));
+	assert_false(dp_hold(rx, other)); /* one holder at a time */
+	pthread_mutex_lock(&sink.lock);
+	sink.holder = pthread_self();
+	sink.holding = 1;
+	pthread_mutex_unlock(&sink.lock);
+
+	for (int i = 0; i < 10 && dp_poll(rx, 0) == 1; i++)
+		; /* what rang before: the hold itself stops the reactor thread's wait */
+	assert_int_equal(dp_poll(rx, 20), 0); /* nothing comes: it times out */
+	static struct sender s;
+	s = (struct sender){.peer = rx_url, .step = 30};
+	for (size_t i = 0; i < sizeof(s.data); i++)
+		s.data[i] = (unsigned char)(i * 5 + 2);
+	pthread_t t;
+	pthread_create(&t, NULL, send_thread, &s);
+	for (int i = 0; i < 1000 && sink_chunks() < 4; i++)
+		assert_true(dp_poll(rx, 1000) >= 0);
+	pthread_join(t, NULL);
+	assert_int_equal(s.rv, ST_OK);
+	assert_int_equal(sink.chunks, 4);
+	assert_int_equal(sink.by_holder, 4);
+	assert_memory_equal(sink.buf, s.data, sizeof(s.data));
+
+	uint64_t one = 1;
+	assert_int_equal(write(wake, &one, sizeof(one)), sizeof(one));
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(dp_poll(rx, 5000), 1);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_true(t1.tv_sec - t0.tv_sec < 2);
+
+	dp_release(rx);
+	assert_true(dp_hold(rx, other)); /* free again */
+	dp_release(rx);
+	reset_sink(1);
+	s = (struct sender){.peer = rx_url, .step = 31};
+	pthread_create(&t, NULL, send_thread, &s);
+	pthread_join(t, NULL); /* answered without anyone polling here */
+	assert_int_equal(s.rv, ST_OK);
+	assert_int_equal(sink.chunks, 4);
+	close(wake);
+	close(other);
 }
 
 static void test_parked_chunks_wait_for_the_receiver(void **state)
@@ -542,6 +611,7 @@ int main(void)
 	    cmocka_unit_test(test_chunks_arrive_whole),
 	    cmocka_unit_test(test_parked_chunks_wait_for_the_receiver),
 	    cmocka_unit_test(test_held_chunks_are_read_only_when_resumed),
+	    cmocka_unit_test(test_a_holder_reads_on_its_own_thread),
 	    cmocka_unit_test(test_receiver_errors_reach_the_sender),
 	    cmocka_unit_test(test_chunks_need_the_pod_token),
 	    cmocka_unit_test(test_malformed_frames_are_answered),
