@@ -118,6 +118,7 @@ static void test_frozen_peer_fails_the_step(void **state)
 	int rv = pe_mark_step(c);
 	double took = pod_now_s() - t0;
 	kill(frozen, SIGCONT);
+	printf("frozen: rv %d after %.2f s: %s\n", rv, took, pe_last_error(c));
 	/* Either the lease had expired when the step came (not ready) or it fails mid-way. */
 	assert_true(rv == PE_UNAVAILABLE || rv == PE_FAILED_PRECONDITION);
 	assert_non_null(strstr(pe_last_error(c), "host 1"));
