@@ -274,11 +274,10 @@ static int check_chunk(const struct run *r, const struct inbox_entry *e, int64_t
 	return ST_OK;
 }
 
-/* Waits until local cores took every chunk this core posted (a phase's `drain`). */
-static int drain_posts(struct run *r, struct status *st)
+/* Waits until local cores took every chunk this core posted (a phase's `drain`). Lock held. */
+static int drain_posts_locked(struct run *r, struct status *st)
 {
 	int rv = ST_OK;
-	pthread_mutex_lock(&r->dev->lock);
 	r->c->awaits_sends = true;
 	while (rv == ST_OK && reap_posts(r, -1) > 0)
 		if (r->s->cancel_code != ST_OK)
@@ -287,6 +286,13 @@ static int drain_posts(struct run *r, struct status *st)
 			rv = status_set(st, ST_DEADLINE_EXCEEDED,
 			                "a local core did not take this core's data within %d ms",
 			                r->s->timeout_ms);
+	return rv;
+}
+
+static int drain_posts(struct run *r, struct status *st)
+{
+	pthread_mutex_lock(&r->dev->lock);
+	int rv = drain_posts_locked(r, st);
 	pthread_mutex_unlock(&r->dev->lock);
 	return rv;
 }
@@ -496,14 +502,9 @@ static int finish(struct run *r, int rv, struct status *st)
 {
 	struct device *dev = r->dev;
 	pthread_mutex_lock(&dev->lock);
-	r->c->awaits_sends = true;
-	while (rv == ST_OK && reap_posts(r, -1) > 0)
-		if (r->s->cancel_code != ST_OK)
-			rv = status_set(st, r->s->cancel_code, "%s", r->s->cancel_reason);
-		else if (coll_wait(r) == ETIMEDOUT)
-			rv = status_set(st, ST_DEADLINE_EXCEEDED,
-			                "a local core did not take this core's data within %d ms",
-			                r->s->timeout_ms);
+	if (rv == ST_OK)
+		rv = drain_posts_locked(r, st);
+	r->c->awaits_sends = true; /* for the acknowledgements below */
 	reap_posts(r, -1);
 	for (int i = 0; i < r->num_posts; i++)
 		r->posts[i]->orphan = 1;

@@ -147,12 +147,12 @@ struct cli {
 	const char *param_dir;
 };
 
-/* A whole-number option in [lo, hi]: 0, or -1 after saying what is wrong with it. */
+/* A whole-number option in [lo, hi]: 1 (taken), or -1 after saying what is wrong with it. */
 static int int_option(int *out, const char *name, const char *text, int lo, int hi)
 {
 	struct status st;
 	if (parse_int(out, name, text, lo, hi, &st) == ST_OK)
-		return 0;
+		return 1;
 	fprintf(stderr, "podemu: %s\n", st.message);
 	return -1;
 }
@@ -165,11 +165,9 @@ static int parse_up_option(struct up_options *u, int c, const char *arg)
 		u->topology = arg;
 		return 1;
 	case OPT_HOSTS:
-		return int_option(&u->hosts, "--hosts", arg, 1, INT_MAX) == 0 ? 1 : -1;
+		return int_option(&u->hosts, "--hosts", arg, 1, INT_MAX);
 	case OPT_CORES:
-		return int_option(&u->cores_per_host, "--cores-per-host", arg, 1, INT_MAX) == 0
-		           ? 1
-		           : -1;
+		return int_option(&u->cores_per_host, "--cores-per-host", arg, 1, INT_MAX);
 	case OPT_HBM:
 		u->hbm = arg;
 		return 1;
@@ -181,19 +179,18 @@ static int parse_up_option(struct up_options *u, int c, const char *arg)
 		u->backing = arg;
 		return 1;
 	case OPT_PORT:
-		return int_option(&u->port, "--port", arg, 0, 65535) == 0 ? 1 : -1;
+		return int_option(&u->port, "--port", arg, 0, 65535);
 	case OPT_HTTP_PORT: {
 		int port;
-		if (int_option(&port, "--http-port", arg, 0, 65535) != 0)
+		if (int_option(&port, "--http-port", arg, 0, 65535) < 0)
 			return -1;
 		u->http_port = arg;
 		return 1;
 	}
 	case OPT_TIMEOUT:
-		return int_option(&u->timeout_ms, "--timeout-ms", arg, 1, INT_MAX) == 0 ? 1 : -1;
+		return int_option(&u->timeout_ms, "--timeout-ms", arg, 1, INT_MAX);
 	case OPT_HOSTS_PER_AGENT:
-		return int_option(&u->hosts_per_agent, "--hosts-per-agent", arg, 1, 1024) == 0 ? 1
-		                                                                               : -1;
+		return int_option(&u->hosts_per_agent, "--hosts-per-agent", arg, 1, 1024);
 	/* Checked by the coordinator, whose words podemu up passes on. */
 	case OPT_CHUNK:
 		u->chunk_bytes = arg;
@@ -255,11 +252,11 @@ static int parse_bench_option(struct bench_options *b, int c, const char *arg)
 		return 1;
 	}
 	case OPT_FACTOR:
-		return int_option(&b->factor, "--factor", arg, 2, INT_MAX) == 0 ? 1 : -1;
+		return int_option(&b->factor, "--factor", arg, 2, INT_MAX);
 	case OPT_ITERS:
-		return int_option(&b->iters, "--iters", arg, 1, INT_MAX) == 0 ? 1 : -1;
+		return int_option(&b->iters, "--iters", arg, 1, INT_MAX);
 	case OPT_WARMUP:
-		return int_option(&b->warmup, "--warmup", arg, 0, INT_MAX) == 0 ? 1 : -1;
+		return int_option(&b->warmup, "--warmup", arg, 0, INT_MAX);
 	case OPT_DTYPE:
 		b->dtype = arg;
 		return 1;
