@@ -48,12 +48,23 @@
  */
 #define LOWER_DIRECT_HOSTS 4
 /*
+ * A direct all-reduce runs in segments of at least this many bytes per member's block, at most
+ * LOWER_DIRECT_SEGMENTS_MAX of them (lower_direct_segments; 4x1 pod, 16 MiB, four alternating
+ * runs of 150 iterations, busbw of 4 segments against 1: 1.229 / 1.117, 1.347 / 1.275,
+ * 1.267 / 1.112, 1.143 / 1.036 GB/s; at 64 MiB even, at 4 MiB 256 KiB blocks lost: 1.25 / 1.46).
+ */
+#define LOWER_DIRECT_SEGMENT_BYTES (1024 * 1024)
+#define LOWER_DIRECT_SEGMENTS_MAX 4
+/*
  * Reduce-scatters go direct within one host, and across such groups up to this operand size
  * (4x1 pod, three alternating runs, busbw median against the ring: 1 MiB 0.152 / 0.121, 16 MiB
  * 0.381 / 0.263, 64 MiB 0.528 / 0.596 GB/s; within one host direct was ahead at every size).
  */
 #define LOWER_DIRECT_REDUCE_SCATTER_BYTES (32 * 1024 * 1024)
 #define LOWER_TORUS_DIMS_MAX 16
+
+/* How many segments a direct all-reduce of `bytes` over n members runs in. */
+int lower_direct_segments(int n, int64_t bytes);
 #define LOWER_TORUS_DIM_SIZE 4
 
 /*

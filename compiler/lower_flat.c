@@ -146,7 +146,43 @@ void lower_all_reduce(struct builder *b, const int64_t *m, int n, int p, const s
  * summed block to every other member, all at once. Two rounds instead of a ring's 2(n-1), the
  * same bytes. Sends come from the input, which only the gather half (after a drain: local
  * cores took what they were sent) overwrites when the output is the input's bytes.
+ *
+ * A large buffer runs as segments, each its own two rounds, and the gather round of one runs
+ * at once with the reduce round of the next: no member waits with idle links while the last
+ * sums of a round land. Segment s's block q is flat piece s * n + q of the buffer.
  */
+static void direct_reduce_round(struct builder *b, const int64_t *m, int n, int p,
+                                const struct shape *in, int segs, int s)
+{
+	combine(b, (int)m[MOD(p - 1, n)], IN, flat_block(b, in, n * segs, s * n + MOD(p - 1, n)),
+	        (int)m[MOD(p + 1, n)], flat_block(b, in, n * segs, s * n + p),
+	        flat_block(b, in, n * segs, s * n + p));
+	for (int k = 2; k < n; k++)
+		exchange(b, (int)m[MOD(p - k, n)], IN,
+		         flat_block(b, in, n * segs, s * n + MOD(p - k, n)), (int)m[MOD(p + k, n)],
+		         flat_block(b, in, n * segs, s * n + p), 1);
+}
+
+static void direct_gather_round(struct builder *b, const int64_t *m, int n, int p,
+                                const struct shape *in, int segs, int s)
+{
+	for (int k = 1; k < n; k++) {
+		Podemu__CollPhase *ph = exchange(
+		    b, (int)m[MOD(p + k, n)], OUT, flat_block(b, in, n * segs, s * n + p),
+		    (int)m[MOD(p - k, n)], flat_block(b, in, n * segs, s * n + MOD(p - k, n)), 0);
+		if (ph != NULL && k == 1)
+			ph->drain = 1;
+	}
+}
+
+int lower_direct_segments(int n, int64_t bytes)
+{
+	int64_t segs = bytes / ((int64_t)n * LOWER_DIRECT_SEGMENT_BYTES);
+	return segs < 1                           ? 1
+	       : segs > LOWER_DIRECT_SEGMENTS_MAX ? LOWER_DIRECT_SEGMENTS_MAX
+	                                          : (int)segs;
+}
+
 void lower_all_reduce_direct(struct builder *b, const int64_t *m, int n, int p,
                              const struct shape *in)
 {
@@ -154,22 +190,15 @@ void lower_all_reduce_direct(struct builder *b, const int64_t *m, int n, int p,
 		copy_phase(b, IN, whole(b, in), whole(b, in));
 		return;
 	}
-	size_t first = b->n;
-	combine(b, (int)m[MOD(p - 1, n)], IN, flat_block(b, in, n, MOD(p - 1, n)),
-	        (int)m[MOD(p + 1, n)], flat_block(b, in, n, p), flat_block(b, in, n, p));
-	for (int k = 2; k < n; k++)
-		exchange(b, (int)m[MOD(p - k, n)], IN, flat_block(b, in, n, MOD(p - k, n)),
-		         (int)m[MOD(p + k, n)], flat_block(b, in, n, p), 1);
-	at_once(b, first);
-	first = b->n;
-	for (int k = 1; k < n; k++) {
-		Podemu__CollPhase *ph =
-		    exchange(b, (int)m[MOD(p + k, n)], OUT, flat_block(b, in, n, p),
-		             (int)m[MOD(p - k, n)], flat_block(b, in, n, MOD(p - k, n)), 0);
-		if (ph != NULL && k == 1)
-			ph->drain = 1;
+	int segs = lower_direct_segments(n, shape_bytes(in));
+	for (int s = 0; s <= segs; s++) {
+		size_t first = b->n;
+		if (s > 0)
+			direct_gather_round(b, m, n, p, in, segs, s - 1);
+		if (s < segs)
+			direct_reduce_round(b, m, n, p, in, segs, s);
+		at_once(b, first);
 	}
-	at_once(b, first);
 }
 
 void lower_all_to_all(struct builder *b, const int64_t *m, int n, int p, int sd, int cd,

@@ -11,6 +11,7 @@
 #include "graph_builder.h"
 #include "from_graph.h"
 #include "layout.h"
+#include "lower.h"
 #include "topology.h"
 #include "plan.h"
 #include "topology.h"
@@ -281,6 +282,60 @@ static void test_written_layouts(void **state)
 	arena_free(b.a);
 }
 
+/*
+ * A direct all-reduce of 16 MiB over four hosts runs in four segments: five groups of phases
+ * that run at once, the gather round of each segment beside the reduce round of the next, and
+ * each reduce round sums in the same order (p+1 first, combined with the core's own block).
+ * At 4 MiB a member's block would be under 1 MiB a segment: one segment, two groups.
+ */
+static void test_direct_all_reduce_runs_in_segments(void **state)
+{
+	(void)state;
+	assert_int_equal(lower_direct_segments(4, 16 << 20), 4);
+	assert_int_equal(lower_direct_segments(4, 64 << 20), 4);
+	assert_int_equal(lower_direct_segments(8, 16 << 20), 2);
+	assert_int_equal(lower_direct_segments(4, 4 << 20), 1);
+	for (int mib = 4; mib <= 16; mib += 12) {
+		struct gb b;
+		gb_init(&b);
+		int64_t d[] = {(int64_t)mib << 18}; /* f32: mib MiB */
+		Podemu__Node *param = gb_node(&b, "parameter", -1, -1, -1);
+		param->shape = gb_shape(&b, DT_F32, d, 1);
+		param->handle = 1;
+		gb_node(&b, "all-reduce", 0, -1, -1)->reducer = "add";
+		int32_t outs[] = {1};
+		gb_outputs(&b, outs, 1);
+		struct status st;
+		assert_int_equal(graph_check(&b.g, 4, shapes, b.a, &st), ST_OK);
+		Podemu__CollectiveSchedule **s;
+		size_t n;
+		assert_int_equal(lower_collectives(&s, &n, b.a, &b.g, shapes, 4, 1, 2, NULL, &st),
+		                 ST_OK);
+		assert_int_equal(n, 1);
+		assert_string_equal(s[0]->algorithm, "direct");
+		int segs = mib == 16 ? 4 : 1, groups = 0;
+		assert_int_equal(s[0]->n_phases, (size_t)(6 * segs));
+		int64_t block = ((int64_t)mib << 20) / 4 / segs;
+		for (size_t k = 0; k < s[0]->n_phases; k++) {
+			const Podemu__CollPhase *ph = s[0]->phases[k];
+			groups += !ph->with_next;
+			assert_int_equal(ph->recv_block->row_bytes, block);
+			if (ph->kind == PODEMU__PHASE_KIND__PHASE_COMBINE) /* from p+1: core 3 */
+				assert_int_equal(ph->recv_peer, 3);
+		}
+		assert_int_equal(groups, segs + 1);
+		/* The first group is the first segment's reduce round: core 2's block of it. */
+		assert_int_equal(s[0]->phases[0]->kind, PODEMU__PHASE_KIND__PHASE_COMBINE);
+		assert_int_equal(s[0]->phases[0]->recv_block->offset, 2 * block);
+		/* The last phase gathers the last segment's block of core 3 (p-3). */
+		const Podemu__CollPhase *last = s[0]->phases[s[0]->n_phases - 1];
+		assert_int_equal(last->recv_peer, 3);
+		assert_int_equal(last->recv_block->offset,
+		                 (int64_t)(segs - 1) * 4 * block + 3 * block);
+		arena_free(b.a);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +347,7 @@ int main(void)
 	    cmocka_unit_test(test_sizes_saturate),
 	    cmocka_unit_test(test_released_parameters_are_donated),
 	    cmocka_unit_test(test_written_layouts),
+	    cmocka_unit_test(test_direct_all_reduce_runs_in_segments),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
