@@ -1,7 +1,8 @@
 #!/bin/bash
-# podemu's collectives against Open MPI's on this machine, side by side: ROUNDS rounds, each a
-# fresh local pod running `podemu bench --check` and then `mpirun` running podemu-mpi-bench
-# over the same ops and sizes, alternating so that both see the same machine. Prints each
+# podemu's collectives against Open MPI's on this machine, side by side: ROUNDS rounds, in each
+# every pass (the ops at one size) runs on a fresh local pod (`podemu bench --check`) and then
+# under `mpirun` (podemu-mpi-bench) with the same options, alternating so that both see the
+# same machine. Prints each
 # row's median busbw (GB/s) with every round's, and the ratio of the medians; over TCP also
 # the busbw that loopback TCP allows 4 ranks on these CPUs at all (podemu-bench-tcp-floor,
 # once a round).
@@ -48,15 +49,15 @@ state=$(mktemp -d /tmp/podemu-versus-XXXXXX)
 trap '"$bin/podemu" down --state-dir "$state/pod" >/dev/null 2>&1 || true; rm -rf "$state"' EXIT
 
 for r in $(seq 1 "$rounds"); do
-	mkdir -p "$state/pod"
-	"$bin/podemu" up --state-dir "$state/pod" "${up[@]}" --hbm 2G --port 0 >/dev/null || exit 1
+	# Each pass on a fresh pod and then under mpirun, seconds apart: this machine's speed
+	# drifts over a minute by more than the two sides differ.
 	for p in "${!passes[@]}"; do
+		mkdir -p "$state/pod"
+		"$bin/podemu" up --state-dir "$state/pod" "${up[@]}" --hbm 2G --port 0 >/dev/null || exit 1
 		# shellcheck disable=SC2086
 		"$bin/podemu" bench --state-dir "$state/pod" ${passes[$p]} --check --json \
 			>"$state/podemu.$r.$p" || exit 1
-	done
-	"$bin/podemu" down --state-dir "$state/pod" >/dev/null
-	for p in "${!passes[@]}"; do
+		"$bin/podemu" down --state-dir "$state/pod" >/dev/null
 		# shellcheck disable=SC2086
 		mpirun "${root[@]}" --oversubscribe "${mpi[@]}" "$bin/podemu-mpi-bench" ${passes[$p]} \
 			>"$state/mpi.$r.$p" 2>"$state/mpi.err" || {
