@@ -55,6 +55,8 @@
  */
 #define LOWER_DIRECT_SEGMENT_BYTES (1024 * 1024)
 #define LOWER_DIRECT_SEGMENTS_MAX 4
+/* How many segments a direct all-reduce of `bytes` over n members runs in. */
+int lower_direct_segments(int n, int64_t bytes);
 /*
  * Reduce-scatters go direct within one host, and across such groups up to this operand size
  * (4x1 pod, three alternating runs, busbw median against the ring: 1 MiB 0.152 / 0.121, 16 MiB
@@ -62,9 +64,6 @@
  */
 #define LOWER_DIRECT_REDUCE_SCATTER_BYTES (32 * 1024 * 1024)
 #define LOWER_TORUS_DIMS_MAX 16
-
-/* How many segments a direct all-reduce of `bytes` over n members runs in. */
-int lower_direct_segments(int n, int64_t bytes);
 #define LOWER_TORUS_DIM_SIZE 4
 
 /*
