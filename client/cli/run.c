@@ -107,6 +107,91 @@ static void print_output(const struct runner *r, const struct run_options *o, in
 	free(buf);
 }
 
+/*
+ * Releases what the step does not give back: the elements of a while's, call's or
+ * conditional's result that are no output, and every value that is neither an output nor a
+ * parameter. A parameter the module gives to its outputs (input_output_alias, buffer_donor) is
+ * released with the step too, so its buffer may become an output (donated); the other
+ * parameters go to after[] (*n_after of them), to be released once the step has run, as a
+ * caller's arguments are.
+ */
+static int release_temporaries(struct runner *r, pe_tensor *const *outs, int n_out,
+                               pe_tensor **after, int *n_after)
+{
+	const struct hlo_module *m = r->m;
+	const struct hlo_computation *c = m->entry;
+	bool *donated = calloc((size_t)c->n_parameters + 1, sizeof(bool));
+	if (donated == NULL)
+		return status_set(&r->st, ST_RESOURCE_EXHAUSTED, "out of host memory");
+	for (int k = 0; k < m->n_aliases; k++)
+		if (m->aliases[k].parameter < c->n_parameters)
+			donated[m->aliases[k].parameter] = true;
+	for (int k = 0; k < m->n_donors; k++)
+		if (m->donors[k].parameter < c->n_parameters)
+			donated[m->donors[k].parameter] = true;
+	for (int i = 0; i < c->n_instructions; i++)
+		for (int e = 0; r->vals[i].own_elems && e < r->vals[i].n; e++) {
+			bool kept = false;
+			for (int k = 0; k < n_out; k++)
+				kept |= outs[k] == r->vals[i].elems[e];
+			if (!kept) {
+				for (int j = 0; j < c->n_instructions; j++)
+					if (r->vals[j].t == r->vals[i].elems[e])
+						r->vals[j].t = NULL; /* a get-tuple-element of it */
+				pe_release(r->vals[i].elems[e]);
+				r->vals[i].elems[e] = NULL;
+			}
+		}
+	for (int i = 0; i < c->n_instructions; i++) {
+		pe_tensor *t = r->vals[i].t;
+		bool kept = false;
+		for (int k = 0; k < n_out; k++)
+			kept |= outs[k] == t;
+		for (int j = 0; j < i && !kept; j++)
+			kept |= r->vals[j].t ==
+			        t; /* an alias of an earlier value (get-tuple-element) */
+		int64_t p = c->instructions[i]->parameter_number;
+		if (!kept && t != NULL && p >= 0 && !donated[p])
+			after[(*n_after)++] = t;
+		else if (!kept && t != NULL)
+			pe_release(t);
+	}
+	free(donated);
+	return ST_OK;
+}
+
+/* Every output per core, then each core's peak HBM beside the plan's. */
+static void print_report(const struct runner *r, const struct run_options *o,
+                         pe_tensor *const *outs, int n_out, const pe_step_plan *plan)
+{
+	bool first = true;
+	if (o->json)
+		printf("{\"outputs\": [");
+	for (int k = 0; k < n_out; k++)
+		print_output(r, o, k, outs[k], &first);
+	int world = pe_world_size(r->c);
+	pe_memory_info *mi = calloc((size_t)world, sizeof(*mi));
+	if (mi != NULL && pe_memory_info_all(r->c, mi, world) == PE_OK) {
+		if (o->json)
+			printf("], \"planned_peak_bytes\": %lld, \"cores\": [",
+			       (long long)plan->peak_bytes);
+		for (int k = 0; k < world; k++) {
+			if (o->json)
+				printf("%s{\"ordinal\": %d, \"peak_bytes_in_use\": %lld}",
+				       k ? ", " : "", k, (long long)mi[k].peak_bytes_in_use);
+			else
+				printf("core %d: peak %lld bytes in use, planned %lld\n", k,
+				       (long long)mi[k].peak_bytes_in_use,
+				       (long long)plan->peak_bytes);
+		}
+		if (o->json)
+			printf("]}\n");
+	} else if (o->json) {
+		printf("]}\n");
+	}
+	free(mi);
+}
+
 int cmd_run(const struct run_options *o)
 {
 	struct status st;
@@ -179,50 +264,12 @@ int cmd_run(const struct run_options *o)
 	pe_tensor **outs = calloc((size_t)n_out + 1, sizeof(*outs));
 	for (int k = 0; outs != NULL && k < n_out; k++)
 		outs[k] = root->elems ? root->elems[k] : root->t;
-	/*
-	 * A parameter the module gives to its outputs (input_output_alias, buffer_donor) is
-	 * released with the step, so its buffer may become an output (donated); the others stay
-	 * device buffers until the step has run, as a caller's arguments do.
-	 */
-	bool *donated = calloc((size_t)c->n_parameters + 1, sizeof(bool));
-	for (int k = 0; donated != NULL && k < m.n_aliases; k++)
-		if (m.aliases[k].parameter < c->n_parameters)
-			donated[m.aliases[k].parameter] = true;
-	for (int k = 0; donated != NULL && k < m.n_donors; k++)
-		if (m.donors[k].parameter < c->n_parameters)
-			donated[m.donors[k].parameter] = true;
 	pe_tensor **after = calloc((size_t)c->n_parameters + 1, sizeof(*after));
-	if (donated == NULL || after == NULL)
-		rv = status_set(&r.st, ST_RESOURCE_EXHAUSTED, "out of host memory");
 	int n_after = 0;
-	/* The elements of a while's, call's or conditional's result that are no output. */
-	for (int i = 0; rv == ST_OK && i < c->n_instructions; i++)
-		for (int e = 0; r.vals[i].own_elems && e < r.vals[i].n; e++) {
-			bool kept = false;
-			for (int k = 0; k < n_out; k++)
-				kept |= outs[k] == r.vals[i].elems[e];
-			if (!kept) {
-				for (int j = 0; j < c->n_instructions; j++)
-					if (r.vals[j].t == r.vals[i].elems[e])
-						r.vals[j].t = NULL; /* a get-tuple-element of it */
-				pe_release(r.vals[i].elems[e]);
-				r.vals[i].elems[e] = NULL;
-			}
-		}
-	for (int i = 0; rv == ST_OK && i < c->n_instructions; i++) {
-		pe_tensor *t = r.vals[i].t;
-		bool kept = false;
-		for (int k = 0; k < n_out; k++)
-			kept |= outs[k] == t;
-		for (int j = 0; j < i && !kept; j++)
-			kept |=
-			    r.vals[j].t == t; /* an alias of an earlier value (get-tuple-element) */
-		int64_t p = c->instructions[i]->parameter_number;
-		if (!kept && t != NULL && p >= 0 && !donated[p])
-			after[n_after++] = t;
-		else if (!kept && t != NULL)
-			pe_release(t);
-	}
+	if (rv == ST_OK)
+		rv = after == NULL || outs == NULL
+		         ? status_set(&r.st, ST_RESOURCE_EXHAUSTED, "out of host memory")
+		         : release_temporaries(&r, outs, n_out, after, &n_after);
 	pe_step_plan plan;
 	if (rv == ST_OK && pe_plan_step(r.c, &plan) != PE_OK)
 		rv = status_set(&r.st, pe_last_code(r.c), "%s", pe_last_error(r.c));
@@ -233,39 +280,12 @@ int cmd_run(const struct run_options *o)
 	for (int k = 0; k < n_after; k++)
 		pe_release(after[k]);
 	free(after);
-	free(donated);
 	int code = 0;
 	if (rv != ST_OK) {
 		fprintf(stderr, "podemu run: %s: %s\n", status_code_name(rv), r.st.message);
 		code = rv == ST_RESOURCE_EXHAUSTED ? 1 : 2;
 	} else {
-		bool first = true;
-		if (o->json)
-			printf("{\"outputs\": [");
-		for (int k = 0; k < n_out; k++)
-			print_output(&r, o, k, outs[k], &first);
-		int world = pe_world_size(r.c);
-		pe_memory_info *mi = calloc((size_t)world, sizeof(*mi));
-		if (mi != NULL && pe_memory_info_all(r.c, mi, world) == PE_OK) {
-			if (o->json)
-				printf("], \"planned_peak_bytes\": %lld, \"cores\": [",
-				       (long long)plan.peak_bytes);
-			for (int k = 0; k < world; k++) {
-				if (o->json)
-					printf("%s{\"ordinal\": %d, \"peak_bytes_in_use\": %lld}",
-					       k ? ", " : "", k,
-					       (long long)mi[k].peak_bytes_in_use);
-				else
-					printf("core %d: peak %lld bytes in use, planned %lld\n", k,
-					       (long long)mi[k].peak_bytes_in_use,
-					       (long long)plan.peak_bytes);
-			}
-			if (o->json)
-				printf("]}\n");
-		} else if (o->json) {
-			printf("]}\n");
-		}
-		free(mi);
+		print_report(&r, o, outs, n_out, &plan);
 	}
 	for (int i = 0; r.vals != NULL && i < c->n_instructions; i++)
 		free(r.vals[i].elems);
