@@ -2,10 +2,9 @@
 # podemu's collectives against Open MPI's on this machine, side by side: ROUNDS rounds, in each
 # every pass (the ops at one size) runs on a fresh local pod (`podemu bench --check`) and then
 # under `mpirun` (podemu-mpi-bench) with the same options, alternating so that both see the
-# same machine. Prints each
-# row's median busbw (GB/s) with every round's, and the ratio of the medians; over TCP also
-# the busbw that loopback TCP allows 4 ranks on these CPUs at all (podemu-bench-tcp-floor,
-# once a round).
+# same machine. Prints each row's median busbw (GB/s) with every round's, and the ratio of the
+# medians; over TCP also the busbw that loopback TCP allows 4 ranks on these CPUs at all
+# (podemu-bench-tcp-floor, once a round).
 #
 #   bench/versus_mpi.sh [BIN_DIR] [tcp|shm] [ROUNDS]     (default: build/bin tcp 3)
 #

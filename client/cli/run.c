@@ -147,9 +147,9 @@ static int release_temporaries(struct runner *r, pe_tensor *const *outs, int n_o
 		bool kept = false;
 		for (int k = 0; k < n_out; k++)
 			kept |= outs[k] == t;
+		/* An alias of an earlier value (a get-tuple-element) is that value's. */
 		for (int j = 0; j < i && !kept; j++)
-			kept |= r->vals[j].t ==
-			        t; /* an alias of an earlier value (get-tuple-element) */
+			kept |= r->vals[j].t == t;
 		int64_t p = c->instructions[i]->parameter_number;
 		if (!kept && t != NULL && p >= 0 && !donated[p])
 			after[(*n_after)++] = t;
