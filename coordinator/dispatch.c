@@ -234,15 +234,23 @@ static void watch_session_ended(struct step_watch *w)
 }
 
 /*
- * One look at the watched step, every 100 ms and as soon as a collective timed out: acts on a
- * timed-out collective, an ended session or a lost host. True once it acted (then the watch is
- * over: the calls fail with the cause).
+ * One look at the watched step, every 100 ms and as soon as a collective timed out: acts on the
+ * coordinator shutting down, a timed-out collective, an ended session or a lost host. True once
+ * it acted (then the watch is over: the calls fail with the cause).
  */
 static bool watch_tick(struct step_watch *w)
 {
 	struct registry *reg = &w->co->reg;
 	int hosts = reg->topo.num_hosts;
 	pthread_mutex_lock(&w->lock);
+	if (atomic_load(&w->co->stopping)) {
+		/* Nothing notices a lost host any more: no reply is waited for. */
+		for (int h = 0; h < hosts; h++)
+			if (w->requests[h] != NULL && !w->answered[h])
+				rpc_cancel_fire(&w->cancels[h], "the coordinator is shutting down");
+		pthread_mutex_unlock(&w->lock);
+		return true;
+	}
 	if (w->timed_out >= 0) {
 		bool answered[hosts];
 		memcpy(answered, w->answered, sizeof(answered));

@@ -373,6 +373,7 @@ int main(int argc, char **argv)
 	evsignal_add(sigterm, NULL);
 	event_add(lease, &tick);
 	event_base_dispatch(ls.base);
+	atomic_store(&co.stopping, true);
 
 	event_free(lease);
 	event_free(sigterm);

@@ -3,6 +3,7 @@
 #define PODEMU_COORD_SERVICE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -60,6 +61,8 @@ struct coordinator {
 	pthread_mutex_t reaper_lock;
 	pthread_cond_t reaper_cv;
 	bool reaper_stop;
+	/* Set once the main loop ended: calls to agents in flight stop waiting (dispatch.c). */
+	atomic_bool stopping;
 };
 
 /*

@@ -94,7 +94,10 @@ pe down >/dev/null
 
 # podemu up on a pod with a missing agent, then with a missing coordinator, starts only that one;
 # the other processes carry on and the pod computes again.
-gone() { for _ in $(seq 500); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.01; done; }
+gone() {
+	for _ in $(seq 500); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.01; done
+	return 1
+}
 sums() {
 	pe demo --elements 1024 --json | python3 -c '
 import json, sys
@@ -441,5 +444,28 @@ expect "hosts: 4 of 4 alive in 2 agent processes" pe status
 kill -9 "$(cat "$state/agent-2.pid")" && gone "$(cat "$state/agent-2.pid")"
 restart || fail "process of two hosts not restarted: $(cat "$state/up.txt")"
 [[ $(cat "$state/agent-2.pid") == $(cat "$state/agent-3.pid") ]] || fail "restarted host by host"
+pe down >/dev/null
+# A coordinator told to stop while a step waits on a frozen agent stops at once (the call fails
+# UNAVAILABLE), not when the step times out: with its loop ended, no lease would run out.
+pe up --hosts 2 --cores-per-host 1 --hbm 64M --heartbeat-timeout-ms 10000 --port 0 >/dev/null
+frozen=$(cat "$state/agent-1.pid") coordinator=$(cat "$state/coordinator.pid")
+kill -STOP "$frozen"
+sessions=$(grep -c "opened: podemu" "$state/coordinator.log" || true)
+pe demo --elements 1024 >"$state/demo.txt" 2>&1 &
+demo=$!
+# Its session opens just before its first step goes out to the agents.
+for _ in $(seq 500); do
+	(($(grep -c "opened: podemu" "$state/coordinator.log") > sessions)) && break
+	sleep 0.01
+done
+sleep 0.5
+kill -TERM "$coordinator"
+stopped=0
+gone "$coordinator" || stopped=$?
+kill -CONT "$frozen"
+wait "$demo" && fail "a step went through a frozen agent: $(cat "$state/demo.txt")"
+((stopped == 0)) || fail "the coordinator waited on a frozen agent after SIGTERM"
+grep -q "step failed: UNAVAILABLE: the coordinator is shutting down" "$state/coordinator.log" ||
+	fail "the step in flight did not fail as the coordinator stopped"
 pe down >/dev/null
 echo "it_cli: all checks passed"
