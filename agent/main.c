@@ -17,6 +17,7 @@
 
 #include "cpus.h"
 #include "dataplane.h"
+#include "exit_with.h"
 #include "log.h"
 #include "podemu.pb-c.h"
 #include "service.h"
@@ -54,6 +55,7 @@ struct agent_process {
 	uint64_t epoch;
 	struct agent_host *hosts;
 	int num_hosts;
+	pid_t owner; /* PODEMU_EXIT_WITH's process, or 0 */
 };
 
 static void usage(FILE *f)
@@ -277,6 +279,14 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct agent_process *p = arg;
 	log_info("signal %d: shutting down", (int)sig);
+	event_base_loopbreak(p->base);
+}
+
+/* The process named by PODEMU_EXIT_WITH exited (exit_with.h). */
+static void on_owner_exit(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent_process *p = arg;
+	log_info("process %d (PODEMU_EXIT_WITH) exited: shutting down", (int)p->owner);
 	event_base_loopbreak(p->base);
 }
 
@@ -561,6 +571,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "podemu-agent: %s\n", st.message);
 		return 2;
 	}
+	int owner_fd;
+	if (exit_with_open(&owner_fd, &p.owner, &st) != ST_OK) {
+		fprintf(stderr, "podemu-agent: %s\n", st.message);
+		return 2;
+	}
 	if ((code = start_process(&p, &o, token)) != 0)
 		return code;
 
@@ -575,10 +590,18 @@ int main(int argc, char **argv)
 	evsignal_add(sigterm, NULL);
 	event_add(timer, &tick);
 	event_add(idle, &idle_tick);
+	struct event *owner_exit =
+	    owner_fd >= 0 ? event_new(p.base, owner_fd, EV_READ, on_owner_exit, &p) : NULL;
+	if (owner_exit != NULL)
+		event_add(owner_exit, NULL);
 	for (int i = 0; i < p.num_hosts; i++)
 		try_register(&p.hosts[i]);
 	event_base_dispatch(p.base);
 
+	if (owner_exit != NULL)
+		event_free(owner_exit);
+	if (owner_fd >= 0)
+		close(owner_fd);
 	event_free(idle);
 	event_free(timer);
 	event_free(sigterm);

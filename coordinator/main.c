@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "exit_with.h"
 #include "log.h"
 #include "podemu.pb-c.h"
 #include "http.h"
@@ -66,12 +67,21 @@ static void usage(FILE *f)
 struct loop_state {
 	struct event_base *base;
 	struct coordinator *co;
+	pid_t owner;
 };
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct loop_state *ls = arg;
 	log_info("signal %d: shutting down", (int)sig);
+	event_base_loopbreak(ls->base);
+}
+
+/* The process named by PODEMU_EXIT_WITH exited (exit_with.h). */
+static void on_owner_exit(evutil_socket_t fd, short what, void *arg)
+{
+	struct loop_state *ls = arg;
+	log_info("process %d (PODEMU_EXIT_WITH) exited: shutting down", ls->owner);
 	event_base_loopbreak(ls->base);
 }
 
@@ -300,6 +310,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
 		return 2;
 	}
+	int owner_fd;
+	pid_t owner;
+	if (exit_with_open(&owner_fd, &owner, &st) != ST_OK) {
+		fprintf(stderr, "podemu-coordinator: %s\n", st.message);
+		return 2;
+	}
 
 	static struct coordinator co;
 	if (registry_init(&co.reg, &o.topo, o.heartbeat_timeout, &st) != ST_OK) {
@@ -364,7 +380,7 @@ int main(int argc, char **argv)
 			log_error("cannot write %s", o.http_file);
 	}
 
-	struct loop_state ls = {.base = event_base_new(), .co = &co};
+	struct loop_state ls = {.base = event_base_new(), .co = &co, .owner = owner};
 	struct event *sigint = evsignal_new(ls.base, SIGINT, on_signal, &ls);
 	struct event *sigterm = evsignal_new(ls.base, SIGTERM, on_signal, &ls);
 	struct event *lease = event_new(ls.base, -1, EV_PERSIST, on_lease_timer, &ls);
@@ -372,9 +388,17 @@ int main(int argc, char **argv)
 	evsignal_add(sigint, NULL);
 	evsignal_add(sigterm, NULL);
 	event_add(lease, &tick);
+	struct event *owner_exit =
+	    owner_fd >= 0 ? event_new(ls.base, owner_fd, EV_READ, on_owner_exit, &ls) : NULL;
+	if (owner_exit != NULL)
+		event_add(owner_exit, NULL);
 	event_base_dispatch(ls.base);
 	atomic_store(&co.stopping, true);
 
+	if (owner_exit != NULL)
+		event_free(owner_exit);
+	if (owner_fd >= 0)
+		close(owner_fd);
 	event_free(lease);
 	event_free(sigterm);
 	event_free(sigint);

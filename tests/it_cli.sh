@@ -445,6 +445,21 @@ kill -9 "$(cat "$state/agent-2.pid")" && gone "$(cat "$state/agent-2.pid")"
 restart || fail "process of two hosts not restarted: $(cat "$state/up.txt")"
 [[ $(cat "$state/agent-2.pid") == $(cat "$state/agent-3.pid") ]] || fail "restarted host by host"
 pe down >/dev/null
+# PODEMU_EXIT_WITH=PID: the pod goes away with that process, even one killed outright (as
+# ctest ends a test past its timeout; the tests name themselves so).
+sleep 120 &
+owner=$!
+PODEMU_EXIT_WITH=$owner pe up --hosts 2 --cores-per-host 1 --hbm 64M --port 0 >/dev/null
+pids=$(cat "$state"/*.pid)
+kill -9 "$owner"
+wait "$owner" 2>/dev/null || true
+for p in $pids; do gone "$p" || fail "process $p outlived PODEMU_EXIT_WITH's process"; done
+grep -q "process $owner (PODEMU_EXIT_WITH) exited: shutting down" "$state/coordinator.log" ||
+	fail "the coordinator did not say why it stopped"
+refused "PODEMU_EXIT_WITH=$owner: no such process" env PODEMU_EXIT_WITH="$owner" \
+	"$bin/podemu-coordinator" --listen tcp://127.0.0.1:0
+refused "PODEMU_EXIT_WITH=-3: not a process id" env PODEMU_EXIT_WITH=-3 \
+	"$bin/podemu-agent" --coordinator tcp://127.0.0.1:1
 # A coordinator told to stop while a step waits on a frozen agent stops at once (the call fails
 # UNAVAILABLE), not when the step times out: with its loop ended, no lease would run out.
 pe up --hosts 2 --cores-per-host 1 --hbm 64M --heartbeat-timeout-ms 10000 --port 0 >/dev/null

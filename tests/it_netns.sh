@@ -26,6 +26,8 @@ cleanup() {
 	for h in "${hosts[@]}" sw; do ip netns del "$tag-$h" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+# A test that ctest kills outright (its timeout) runs no trap: its pods go with it instead.
+export PODEMU_EXIT_WITH=$$
 if ! ip netns add "$tag-sw" 2>/dev/null; then
 	echo "SKIP: cannot create network namespaces here"
 	exit 77

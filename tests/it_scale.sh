@@ -5,6 +5,8 @@
 #
 #   tests/it_scale.sh BIN_DIR TOPOLOGY
 set -euo pipefail
+# Should ctest kill this test outright (its timeout), the pods go with it.
+export PODEMU_EXIT_WITH=$$
 bin=$1 topology=$2
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(bash "$here/../bench/scale.sh" "$bin" "$topology")

@@ -7,6 +7,8 @@
 #
 #   tests/it_versus_mpi.sh BIN_DIR
 set -euo pipefail
+# Should ctest kill this test outright (its timeout), the pods go with it.
+export PODEMU_EXIT_WITH=$$
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ ! -x $bin/podemu-mpi-bench ]] || ! command -v mpirun >/dev/null; then

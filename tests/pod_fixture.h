@@ -49,6 +49,10 @@ static pe_client *pod_start(const char *args)
 	signal(SIGABRT, pod_crash_handler);
 	signal(SIGTERM, pod_crash_handler);
 	signal(SIGINT, pod_crash_handler);
+	/* Killed outright (ctest's timeout), this process runs no handler: the pod goes with it. */
+	char self[32];
+	snprintf(self, sizeof(self), "%d", (int)getpid());
+	setenv("PODEMU_EXIT_WITH", self, 1);
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd), "%s/podemu up --state-dir %s --port 0 %s", PODEMU_BIN_DIR,
 	         pod_state_dir, args);

@@ -9,11 +9,15 @@
 
 #include <cmocka.h>
 #include <malloc.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "arena.h"
 #include "collective.h"
 #include "cpus.h"
 #include "dtype.h"
+#include "exit_with.h"
 #include "status.h"
 #include "topology.h"
 
@@ -313,6 +317,59 @@ static void test_cpu_lists(void **state)
 	assert_string_equal(text, "5");
 }
 
+/* Whether fd is readable now (a pidfd: its process exited). */
+static bool readable(int fd, int wait_ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, wait_ms) == 1 && (p.revents & POLLIN);
+}
+
+/* PODEMU_EXIT_WITH: unset is no watch; a bad value or a gone process is refused; a live one is
+ * watched until it exits, killed outright. */
+static void test_exit_with(void **state)
+{
+	(void)state;
+	struct status st;
+	int fd;
+	pid_t pid;
+	unsetenv("PODEMU_EXIT_WITH");
+	assert_int_equal(exit_with_open(&fd, &pid, &st), ST_OK);
+	assert_int_equal(fd, -1);
+	setenv("PODEMU_EXIT_WITH", "", 1);
+	assert_int_equal(exit_with_open(&fd, &pid, &st), ST_OK);
+	assert_int_equal(fd, -1);
+
+	const char *bad[] = {"abc", "0", "-3", "12x", " 5", "99999999999", "2147483648"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("PODEMU_EXIT_WITH", bad[i], 1);
+		assert_int_equal(exit_with_open(&fd, &pid, &st), ST_INVALID_ARGUMENT);
+		assert_non_null(strstr(st.message, "not a process id"));
+		assert_int_equal(fd, -1);
+	}
+
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	char text[32];
+	snprintf(text, sizeof(text), "%d", (int)child);
+	setenv("PODEMU_EXIT_WITH", text, 1);
+	assert_int_equal(exit_with_open(&fd, &pid, &st), ST_OK);
+	assert_true(fd >= 0);
+	assert_int_equal(pid, child);
+	assert_false(readable(fd, 50)); /* alive */
+	kill(child, SIGKILL);
+	assert_true(readable(fd, 5000)); /* gone, before anyone reaped it */
+	close(fd);
+	assert_int_equal(waitpid(child, NULL, 0), child);
+	assert_int_equal(exit_with_open(&fd, &pid, &st), ST_NOT_FOUND);
+	assert_non_null(strstr(st.message, "no such process"));
+	assert_int_equal(fd, -1);
+	unsetenv("PODEMU_EXIT_WITH");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -328,6 +385,7 @@ int main(void)
 	    cmocka_unit_test(test_replica_groups_longer_than_the_world),
 	    cmocka_unit_test(test_cpu_lists),
 	    cmocka_unit_test(test_cpus_allowed),
+	    cmocka_unit_test(test_exit_with),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,9 @@ BIN = os.environ.get("PODEMU_BIN", "build/bin")
 class LocalPod:
     def __init__(self, *args):
         self.state = tempfile.mkdtemp(prefix="podemu-py-")
-        self.env = dict(os.environ, PODEMU_STATE_DIR=self.state)
+        # Should pytest be killed outright, the pod goes with it (PODEMU_EXIT_WITH).
+        self.env = dict(os.environ, PODEMU_STATE_DIR=self.state,
+                        PODEMU_EXIT_WITH=str(os.getpid()))
         self.cli("up", "--port", "0", *args)
 
     def cli(self, *args, check=True):
