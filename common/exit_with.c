@@ -2,6 +2,7 @@
 #include "exit_with.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -20,7 +21,7 @@ int exit_with_open(int *fd, pid_t *pid, struct status *st)
 	errno = 0;
 	long n = strtol(v, &end, 10);
 	/* Digits only: pid_t is an int, and 0 and -N name process groups, not processes. */
-	if (v[0] < '0' || v[0] > '9' || errno != 0 || *end != '\0' || n < 1 || n > 0x7fffffffL)
+	if (v[0] < '0' || v[0] > '9' || errno != 0 || *end != '\0' || n < 1 || n > INT_MAX)
 		return status_set(st, ST_INVALID_ARGUMENT,
 		                  EXIT_WITH_ENV "=%s: not a process id (a positive integer)", v);
 	int got = (int)syscall(SYS_pidfd_open, (pid_t)n, 0);

@@ -138,6 +138,13 @@ void lower_all_reduce(struct builder *b, const int64_t *m, int n, int p, const s
 	}
 }
 
+/* Block q of segment s (of segs) of a buffer split among n members. */
+static Podemu__BlockLayout *seg_block(struct builder *b, const struct shape *in, int n, int segs,
+                                      int s, int q)
+{
+	return flat_block(b, in, n * segs, s * n + q);
+}
+
 /*
  * Direct all-reduce: every member sends flat block q of its input to member q, all at once,
  * and sums the blocks it receives into its own block of the output in the order of the
@@ -154,22 +161,21 @@ void lower_all_reduce(struct builder *b, const int64_t *m, int n, int p, const s
 static void direct_reduce_round(struct builder *b, const int64_t *m, int n, int p,
                                 const struct shape *in, int segs, int s)
 {
-	combine(b, (int)m[MOD(p - 1, n)], IN, flat_block(b, in, n * segs, s * n + MOD(p - 1, n)),
-	        (int)m[MOD(p + 1, n)], flat_block(b, in, n * segs, s * n + p),
-	        flat_block(b, in, n * segs, s * n + p));
+	combine(b, (int)m[MOD(p - 1, n)], IN, seg_block(b, in, n, segs, s, MOD(p - 1, n)),
+	        (int)m[MOD(p + 1, n)], seg_block(b, in, n, segs, s, p),
+	        seg_block(b, in, n, segs, s, p));
 	for (int k = 2; k < n; k++)
-		exchange(b, (int)m[MOD(p - k, n)], IN,
-		         flat_block(b, in, n * segs, s * n + MOD(p - k, n)), (int)m[MOD(p + k, n)],
-		         flat_block(b, in, n * segs, s * n + p), 1);
+		exchange(b, (int)m[MOD(p - k, n)], IN, seg_block(b, in, n, segs, s, MOD(p - k, n)),
+		         (int)m[MOD(p + k, n)], seg_block(b, in, n, segs, s, p), 1);
 }
 
 static void direct_gather_round(struct builder *b, const int64_t *m, int n, int p,
                                 const struct shape *in, int segs, int s)
 {
 	for (int k = 1; k < n; k++) {
-		Podemu__CollPhase *ph = exchange(
-		    b, (int)m[MOD(p + k, n)], OUT, flat_block(b, in, n * segs, s * n + p),
-		    (int)m[MOD(p - k, n)], flat_block(b, in, n * segs, s * n + MOD(p - k, n)), 0);
+		Podemu__CollPhase *ph =
+		    exchange(b, (int)m[MOD(p + k, n)], OUT, seg_block(b, in, n, segs, s, p),
+		             (int)m[MOD(p - k, n)], seg_block(b, in, n, segs, s, MOD(p - k, n)), 0);
 		if (ph != NULL && k == 1)
 			ph->drain = 1;
 	}
